@@ -1,0 +1,1 @@
+"""r2v_agents: policies (SLM, teacher, routed R2V agent, baselines) stepped through one rollout runner."""

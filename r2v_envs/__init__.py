@@ -1,0 +1,26 @@
+"""r2v_envs: perturbed Gymnasium text environments for agent benchmarks.
+
+Importing this package only registers the environments (string entry points): it does not import torch,
+textworld, alfworld or evalplus. Use ``import r2v_envs`` then ``gym.make("R2V/TextWorld-v0", seed=z)``, or
+``gym.make("r2v_envs:R2V/TextWorld-v0", seed=z)`` with no import at all.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+__version__ = "0.1.0"
+
+# id -> (entry point, default step cap). The step cap is Gymnasium's TimeLimit, so `terminated` (won/lost)
+# and `truncated` (out of steps) stay separate; override it with gym.make(id, max_episode_steps=N).
+ENV_IDS: dict[str, tuple[str, int]] = {
+    "R2V/TextWorld-v0": ("r2v_envs.textworld.env:make", 50),
+    "R2V/ALFWorld-v0": ("r2v_envs.alfworld.env:make", 50),
+    "R2V/HumanEval-v0": ("r2v_envs.humaneval.env:make", 12),
+    "R2V/TerminalBench-v0": ("r2v_envs.terminalbench.env:make", 40),
+    "R2V/Scripted-v0": ("r2v_envs.testing:make", 20),
+}
+
+for _id, (_entry_point, _max_steps) in ENV_IDS.items():
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point=_entry_point, max_episode_steps=_max_steps)
