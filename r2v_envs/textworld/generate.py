@@ -85,7 +85,6 @@ def _generate_in_this_process(spec: GameSpec, out: Path) -> None:
             continue
     else:
         raise GameGenerationError(f"no quest for {spec.task_id} in {SEED_ATTEMPTS} seed attempts")
-    game.metadata["r2v_seed_attempt"] = attempt
     compile_game(game, options)
     # the Inform 7 source is an intermediate; keep the cache to the game and its json
     out.with_suffix(".ni").unlink(missing_ok=True)
