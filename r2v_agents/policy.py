@@ -37,6 +37,7 @@ class Candidate:
     token_logprobs: tuple[float, ...] | None = None
     token_entropies: tuple[float, ...] | None = None
     verifier_score: float | None = None
+    token_ids: tuple[int, ...] | None = None  # the sampled ids (not logged; for re-scoring)
 
     @property
     def mean_logprob(self) -> float | None:

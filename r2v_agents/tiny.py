@@ -78,7 +78,8 @@ def env_corpus(env_id: str, task_ids: Sequence[str] | None = None, seeds: Sequen
     import tempfile
 
     from r2v_agents.prompts import build_prompt, format_completion
-    from r2v_agents.runner import RunConfig, contexts_from_steps, load_rows, run
+    from r2v_agents.runner import RunConfig, run
+    from r2v_agents.shards import contexts_from_steps, load_rows
     from r2v_agents.teachers import OracleTeacher
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -94,6 +94,7 @@ class TransformersSampler:
                 text = self.tokenizer.decode([t for t in toks[:end] if t != eos], skip_special_tokens=True)
                 lps = tuple(float(x) for x in tok_lp[row, :end])
                 cands.append(Candidate(action=parse_completion(text), logprob=sum(lps), token_logprobs=lps,
-                                       token_entropies=tuple(float(x) for x in ent[row, :end])))
+                                       token_entropies=tuple(float(x) for x in ent[row, :end]),
+                                       token_ids=tuple(toks[:end])))
             result.append(cands)
         return result
