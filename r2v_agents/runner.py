@@ -1,0 +1,506 @@
+"""The shared rollout runner: any policy, any registered env and wrapper stack, a grid of tasks x seeds.
+
+Design. The policy lives in the main process; environments live in ``workers`` subprocesses (forked from a
+fork server that preloaded the engine, one thread each), each hosting ``envs_per_worker`` env slots (``workers=0`` steps the envs in-process). The main
+loop waits for whichever workers have results, calls ``policy.act_batch`` once on every live context of
+those workers (so an SLM batches across envs, and a cheap policy never stalls the other worker), and sends
+the actions back. Each episode (task_id, z) runs on ``gym.make(env_id, seed=z, ...)`` reset with
+``options={"task_id": task_id, "episode_index": 0}``: its perturbation stream depends on (z, task) only, not
+on which worker or slot runs it, so logs are identical across worker counts. Envs are reused per worker for
+the same z (reset reloads the task).
+
+Logging (see :mod:`r2v_agents.shards`): per step the context (goal, observation, action history, admissible
+actions, perturbation events), the decision (action, source, candidates with log-probs/entropies/verifier
+scores, features f_t, router probability, cost), reward and terminated/truncated; per episode success,
+steps, teacher calls and cost; and router rows (f_t, y_t = 1[episode failed], Eq. 7) for steps with
+features. Finished episodes are journaled at once and written to shards in grid order, so a finished run's
+files are byte-identical across reruns and worker counts, and a rerun skips finished (task, z) episodes.
+
+Example:
+    >>> import tempfile, r2v_envs
+    >>> from r2v_agents.teachers import OracleTeacher
+    >>> out = tempfile.mkdtemp()
+    >>> cfg = RunConfig("R2V/Scripted-v0", out, task_ids=("scripted-0", "scripted-1"), seeds=(0, 1),
+    ...                 env_kwargs={"perturbations": None}, progress=False)
+    >>> summary = run(OracleTeacher(), cfg)
+    >>> summary.episodes, summary.success_rate
+    (4, 1.0)
+    >>> run(OracleTeacher(), cfg).episodes   # resumable: nothing left to do
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from r2v_agents.context import Context
+from r2v_agents.policy import Decision, as_policy, visible_info
+from r2v_agents.shards import ShardWriter, write_json_atomic
+
+TEACHER_SOURCES = ("teacher", "oracle")
+
+
+@dataclass
+class RunConfig:
+    """What to run and where to write it."""
+
+    env_id: str
+    """A registered Gymnasium id, e.g. "R2V/TextWorld-v0"."""
+    out_dir: str
+    """Run directory for shards (created; a rerun resumes)."""
+    task_ids: tuple[str, ...] | None = None
+    """Tasks to run; None runs every task of ``split``."""
+    seeds: tuple[int, ...] = (0,)
+    """Perturbation seeds z; the grid is tasks x seeds."""
+    split: str = "test"
+    """Split whose tasks are run when ``task_ids`` is None."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of ``gym.make`` (e.g. ``perturbations``)."""
+    max_steps: int | None = None
+    """Episode step cap (Gymnasium TimeLimit); None keeps the env's registered cap."""
+    workers: int = 0
+    """Env worker processes; 0 steps the envs in the main process."""
+    envs_per_worker: int = 4
+    """Env slots per worker (in-process: slots in total)."""
+    shard_episodes: int = 64
+    """Episodes per shard file."""
+    imports: tuple[str, ...] = ()
+    """Modules the workers import before ``gym.make`` (to register third-party envs)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+    def __post_init__(self):
+        if self.workers < 0 or self.envs_per_worker < 1 or self.shard_episodes < 1:
+            raise ValueError("workers must be >= 0, envs_per_worker and shard_episodes >= 1")
+        if not self.seeds:
+            raise ValueError("seeds must not be empty")
+
+
+@dataclass
+class RunSummary:
+    out_dir: str
+    episodes: int
+    skipped: int
+    successes: int
+    steps: int
+    teacher_calls: int
+    cost: float
+    wall_s: float
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else float("nan")
+
+
+# ------------------------------------------------------------------------------------------------ env side
+def _jsonable(v: Any) -> bool:
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_jsonable(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _jsonable(x) for k, x in v.items())
+    return False
+
+
+def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.items() if _jsonable(v)}
+
+
+class EnvSlots:
+    """The env side of the runner (in a worker or in-process): slots that reset and step on command."""
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None, idle_cap: int = 4):
+        self.env_id, self.env_kwargs, self.max_steps, self.idle_cap = env_id, dict(env_kwargs), max_steps, idle_cap
+        self.active: dict[int, tuple[int, Any]] = {}
+        self.idle: dict[int, list[Any]] = {}
+
+    def _env_for(self, slot: int, z: int):
+        import gymnasium as gym
+
+        old = self.active.pop(slot, None)
+        if old is not None:
+            self.idle.setdefault(old[0], []).append(old[1])
+        pool = self.idle.get(z)
+        if pool:
+            env = pool.pop()
+        else:
+            kw = dict(self.env_kwargs)
+            if self.max_steps is not None:
+                kw["max_episode_steps"] = self.max_steps
+            env = gym.make(self.env_id, seed=z, **kw)
+        while sum(map(len, self.idle.values())) > self.idle_cap:
+            z_old = next(k for k, v in self.idle.items() if v)
+            self.idle[z_old].pop(0).close()
+        self.active[slot] = (z, env)
+        return env
+
+    def handle(self, cmds: list[tuple]) -> list[tuple]:
+        """``("reset", slot, task_id, z)`` or ``("step", slot, action)`` -> (slot, obs, reward, terminated,
+        truncated, info, error). An env error ends the episode with ``error`` set instead of crashing."""
+        out = []
+        for cmd in cmds:
+            slot = cmd[1]
+            try:
+                if cmd[0] == "reset":
+                    obs, info = self._env_for(slot, cmd[3]).reset(
+                        options={"task_id": cmd[2], "episode_index": 0})
+                    out.append((slot, obs, 0.0, False, False, _clean_info(info), None))
+                else:
+                    obs, r, term, trunc, info = self.active[slot][1].step(cmd[2])
+                    out.append((slot, obs, float(r), bool(term), bool(trunc), _clean_info(info), None))
+            except Exception as e:  # noqa: BLE001 - recorded in the episode row, the run goes on
+                self.active.pop(slot, None)
+                out.append((slot, "", 0.0, True, False, {}, f"{type(e).__name__}: {e}"))
+        return out
+
+    def close(self) -> None:
+        for _, env in self.active.values():
+            env.close()
+        for pool in self.idle.values():
+            for env in pool:
+                env.close()
+
+
+def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...]) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
+    import importlib
+
+    import r2v_envs  # noqa: F401 - registers the envs
+
+    for module in imports:
+        importlib.import_module(module)
+    slots = EnvSlots(env_id, env_kwargs, max_steps)
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):  # parent gone (e.g. SIGKILL): exit quietly
+                break
+            if msg is None:
+                break
+            conn.send(slots.handle(msg))
+    finally:
+        slots.close()
+
+
+class _LocalHost:
+    def __init__(self, cfg: RunConfig):
+        self.slots = EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps)
+        self.results: list[tuple] | None = None
+
+    def send(self, cmds):
+        self.results = self.slots.handle(cmds)
+
+    def recv(self):
+        out, self.results = self.results, None
+        return out
+
+    def close(self):
+        self.slots.close()
+
+
+class _ProcessHost:
+    def __init__(self, cfg: RunConfig, ctx):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, daemon=True,
+                                args=(child, cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.imports))
+        self.proc.start()
+        child.close()
+
+    def send(self, cmds):
+        self.conn.send(cmds)
+
+    def recv(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as e:
+            self.proc.join(timeout=1)
+            raise RuntimeError(f"env worker {self.proc.pid} died (exit code {self.proc.exitcode}); scripts that "
+                               "run workers need an `if __name__ == '__main__':` guard (spawned workers "
+                               "re-import the main module)") from e
+
+    def close(self):
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# ---------------------------------------------------------------------------------------------- main side
+@dataclass
+class _Episode:
+    index: int
+    episode_id: str
+    task_id: str
+    z: int
+    ctx: Context | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    decision: Decision | None = None
+
+
+def _candidate_row(c) -> dict[str, Any]:
+    return {"action": c.action, "logprob": c.logprob,
+            "token_logprobs": None if c.token_logprobs is None else [float(x) for x in c.token_logprobs],
+            "token_entropies": None if c.token_entropies is None else [float(x) for x in c.token_entropies],
+            "verifier_score": c.verifier_score}
+
+
+def _resolve_tasks(cfg: RunConfig) -> tuple[list[str], str, int | None]:
+    import gymnasium as gym
+
+    import r2v_envs  # noqa: F401
+
+    gym.spec(cfg.env_id)  # a clear error for an unknown id, before any worker starts
+    env = gym.make(cfg.env_id, seed=0, **cfg.env_kwargs)
+    try:
+        base = env.unwrapped
+        if cfg.task_ids is None:
+            if hasattr(base, "split"):
+                base.split = cfg.split
+            tasks = list(base.split_task_ids())
+        else:
+            tasks = list(cfg.task_ids)
+            known = set(base._task_ids())
+            for t in tasks:
+                if t not in known:
+                    from r2v_envs.errors import UnknownChoiceError
+                    raise UnknownChoiceError(f"{getattr(base, 'benchmark', cfg.env_id)} task", t, sorted(known))
+        benchmark = str(getattr(base, "benchmark", cfg.env_id))
+        max_steps = cfg.max_steps if cfg.max_steps is not None else (env.spec.max_episode_steps if env.spec else None)
+    finally:
+        env.close()
+    return tasks, benchmark, max_steps
+
+
+def episode_key(task_id: str, z: int) -> str:
+    return f"{task_id}@{z}"
+
+
+def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSummary:
+    """Run ``policy`` over ``cfg``'s grid, skipping episodes already in ``cfg.out_dir``."""
+    start = time.perf_counter()
+    policy = as_policy(policy)
+    name = policy_name or getattr(policy, "name", type(policy).__name__)
+    tasks, benchmark, max_steps = _resolve_tasks(cfg)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    _check_manifest(cfg, name, benchmark, max_steps)
+    writer = ShardWriter(cfg.out_dir)
+    grid = [(t, int(z)) for t in tasks for z in cfg.seeds]
+    todo = [g for g in grid if episode_key(*g) not in writer.finished]
+    done: dict[int, dict[str, Any]] = {}
+    for i, g in enumerate(todo):
+        if episode_key(*g) in writer.pending:
+            done[i] = writer.pending[episode_key(*g)]
+    queue = deque(i for i in range(len(todo)) if i not in done)
+    n_slots = max(1, cfg.workers) * cfg.envs_per_worker
+    hosts: list[Any] = []
+    stats = {"episodes": 0, "successes": 0, "steps": 0, "teacher_calls": 0, "cost": 0.0}
+    bar = None
+    if cfg.progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(grid), initial=len(grid) - len(queue), desc=f"{name} on {cfg.env_id}", unit="ep")
+    flushed = 0
+    try:
+        if queue:
+            if cfg.workers == 0:
+                hosts = [_LocalHost(cfg)]
+            else:
+                mpctx = _worker_context(cfg)
+                hosts = [_ProcessHost(cfg, mpctx) for _ in range(min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))]
+        live: dict[tuple[int, int], _Episode] = {}
+        outbox: dict[int, list[tuple]] = {h: [] for h in range(len(hosts))}
+        per_host = cfg.envs_per_worker if cfg.workers else n_slots
+        for h in range(len(hosts)):
+            for s in range(per_host):
+                if queue:
+                    ep = _start(todo, queue.popleft())
+                    live[(h, s)] = ep
+                    outbox[h].append(("reset", s, ep.task_id, ep.z))
+        busy = set()
+        for h, cmds in outbox.items():
+            if cmds:
+                hosts[h].send(cmds)
+                busy.add(h)
+        while busy:
+            ready = _wait(hosts, busy)
+            to_act: list[tuple[int, int]] = []
+            outbox = {h: [] for h in ready}
+            for h in ready:
+                busy.discard(h)
+                for slot, obs, reward, term, trunc, info, error in hosts[h].recv():
+                    ep = live[(h, slot)]
+                    finished = _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark)
+                    if not finished:
+                        to_act.append((h, slot))
+                        continue
+                    record = _finish(ep, cfg, benchmark, name, error)
+                    writer.add_pending(record)
+                    policy.end_episodes([ep.episode_id])
+                    done[ep.index] = record
+                    _count(stats, record)
+                    if bar is not None:
+                        bar.update(1)
+                    if queue:
+                        nxt = _start(todo, queue.popleft())
+                        live[(h, slot)] = nxt
+                        outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
+                    else:
+                        del live[(h, slot)]
+            if to_act:
+                eps = [live[k] for k in to_act]
+                infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
+                decisions = policy.act_batch([e.ctx for e in eps], infos)
+                if len(decisions) != len(eps):
+                    raise RuntimeError(f"{name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
+                for (h, slot), ep, d in zip(to_act, eps, decisions):
+                    ep.decision = d
+                    outbox[h].append(("step", slot, d.action))
+            for h, cmds in outbox.items():
+                if cmds:
+                    hosts[h].send(cmds)
+                    busy.add(h)
+            flushed = _flush(writer, done, flushed, len(todo), cfg.shard_episodes)
+        flushed = _flush(writer, done, flushed, len(todo), cfg.shard_episodes, final=True)
+    finally:
+        for host in hosts:
+            host.close()
+        if bar is not None:
+            bar.close()
+    return RunSummary(cfg.out_dir, stats["episodes"], len(grid) - len(todo), stats["successes"], stats["steps"],
+                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start)
+
+
+# Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
+ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld")}
+
+
+def _worker_context(cfg: RunConfig):
+    """A ``forkserver`` context whose server has imported the env's modules once: a worker then starts in
+    milliseconds instead of re-importing TextWorld (~1 s each), and never inherits the main process's threads
+    (torch, tokenizers) as a plain fork would. Falls back to ``spawn`` where forkserver is unavailable."""
+    import multiprocessing as mp
+
+    import gymnasium as gym
+
+    try:
+        ctx = mp.get_context("forkserver")
+    except ValueError:  # pragma: no cover - e.g. Windows
+        return mp.get_context("spawn")
+    entry = gym.spec(cfg.env_id).entry_point
+    modules = ["r2v_envs", *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
+    if isinstance(entry, str):
+        modules.insert(1, entry.split(":")[0])
+    ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts
+    return ctx
+
+
+def _wait(hosts, busy: set[int]) -> list[int]:
+    from multiprocessing.connection import wait
+
+    local = [h for h in busy if isinstance(hosts[h], _LocalHost)]
+    if local:
+        return sorted(local)
+    conns = {hosts[h].conn: h for h in busy}
+    return sorted(conns[c] for c in wait(list(conns)))
+
+
+def _start(todo, index: int) -> _Episode:
+    task_id, z = todo[index]
+    return _Episode(index, episode_key(task_id, z), task_id, z)
+
+
+def _observe(ep: _Episode, obs, reward, term, trunc, info, error, max_steps, benchmark) -> bool:
+    """Fold an env result into the episode; True when the episode is over."""
+    if ep.ctx is None:  # reset result
+        if error is None:
+            ctx = Context.start(str(info.get("goal", "")), obs, info, max_steps=max_steps)
+            ep.ctx = replace(ctx, benchmark=str(info.get("benchmark", benchmark)), task_id=ep.task_id,
+                             extra={"episode_id": ep.episode_id, "z": ep.z})
+            ep.info = info
+        return error is not None
+    d, ctx, prev_info = ep.decision, ep.ctx, ep.info
+    ep.steps.append({
+        "t": len(ep.steps), "max_steps": max_steps, "goal": ctx.goal, "observation": ctx.observation,
+        "history_actions": ctx.actions, "admissible_actions": None if ctx.admissible_actions is None
+        else list(ctx.admissible_actions), "perturbations": json.dumps(prev_info.get("perturbations", [])),
+        "action": d.action, "source": d.source, "candidates": [_candidate_row(c) for c in d.candidates],
+        "verifier_score": d.verifier_score,
+        "features": None if d.features is None else [float(x) for x in d.features],
+        "router_prob": None if d.router_prob is None else float(d.router_prob), "cost": float(d.cost),
+        "reward": reward, "terminated": term, "truncated": trunc,
+        "expert_action": prev_info.get("expert_action"), "meta": json.dumps(d.meta, sort_keys=True, default=str)})
+    if error is not None:
+        return True
+    ep.ctx, ep.info = ctx.advance(d.action, obs, reward, info), info
+    return term or trunc
+
+
+def _finish(ep: _Episode, cfg: RunConfig, benchmark: str, policy_name: str, error: str | None) -> dict[str, Any]:
+    key = {"episode_id": ep.episode_id, "env_id": cfg.env_id, "benchmark": benchmark,
+           "split": str(ep.info.get("split", cfg.split)), "task_id": ep.task_id, "z": ep.z}
+    success = bool(ep.info.get("won", False)) and error is None
+    last = ep.steps[-1] if ep.steps else {}
+    episode = {**key, "policy": policy_name, "success": success, "steps": len(ep.steps),
+               "return": float(sum(s["reward"] for s in ep.steps)),
+               "teacher_calls": sum(s["source"] in TEACHER_SOURCES for s in ep.steps),
+               "cost": float(sum(s["cost"] for s in ep.steps)), "terminated": bool(last.get("terminated", False)),
+               "truncated": bool(last.get("truncated", False)), "error": error}
+    y = int(not success)  # Eq. 7: every context of a failed episode is labelled 1
+    router = [{**key, "t": s["t"], "features": s["features"], "y": y, "source": s["source"],
+               "router_prob": s["router_prob"]} for s in ep.steps if s["features"] is not None]
+    steps = [{**key, **s} for s in ep.steps]
+    return {"episode": episode, "steps": steps, "router": router}
+
+
+def _count(stats: dict[str, Any], record: Mapping[str, Any]) -> None:
+    e = record["episode"]
+    stats["episodes"] += 1
+    stats["successes"] += int(e["success"])
+    stats["steps"] += e["steps"]
+    stats["teacher_calls"] += e["teacher_calls"]
+    stats["cost"] += e["cost"]
+
+
+def _flush(writer: ShardWriter, done: dict[int, Any], flushed: int, total: int, size: int,
+           final: bool = False) -> int:
+    """Write shards of ``size`` consecutive (grid-order) finished episodes; the rest at the end."""
+    while True:
+        n = 0
+        while flushed + n < total and (flushed + n) in done and n < size:
+            n += 1
+        if n == 0 or (n < size and not final):
+            return flushed
+        writer.write_shard([done.pop(i) for i in range(flushed, flushed + n)])
+        flushed += n
+
+
+def _check_manifest(cfg: RunConfig, policy_name: str, benchmark: str, max_steps: int | None) -> None:
+    """Record what this run directory holds; refuse to resume it with a different env setting."""
+    path = os.path.join(cfg.out_dir, "run.json")
+    setting = {"env_id": cfg.env_id, "env_kwargs": json.loads(json.dumps(cfg.env_kwargs, default=str)),
+               "max_steps": max_steps, "benchmark": benchmark, "policy": policy_name}
+    if os.path.exists(path):
+        with open(path) as fh:
+            old = json.load(fh)["setting"]
+        diff = [k for k in setting if old.get(k) != setting[k]]
+        if diff:
+            raise ValueError(f"{cfg.out_dir} holds a run with a different {', '.join(diff)} "
+                             f"({', '.join(f'{k}={old.get(k)!r}' for k in diff)}): use a new out_dir")
+        return
+    import r2v_envs
+
+    write_json_atomic(path, {"setting": setting, "config": {k: v for k, v in asdict(cfg).items()
+                                                             if k not in ("env_kwargs",)},
+                             "versions": {"r2v": r2v_envs.__version__}})
+
