@@ -132,7 +132,10 @@ def jsd(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
     if logp.shape != logq.shape:
         raise ValueError(f"jsd needs equal shapes; got {tuple(logp.shape)} and {tuple(logq.shape)}")
-    logm = torch.logaddexp(logp, logq) - math.log(2.0)
+    # Entries with no mass under either distribution (e.g. padding of candidate sets) would give
+    # logaddexp(-inf, -inf), whose backward is NaN even where masked out: give them a finite stand-in.
+    neither = (logp == -math.inf) & (logq == -math.inf)
+    logm = torch.logaddexp(logp.masked_fill(neither, 0.0), logq.masked_fill(neither, 0.0)) - math.log(2.0)
     return (0.5 * (_kl_to_mixture(logp, logm) + _kl_to_mixture(logq, logm))).clamp(min=0.0)
 
 

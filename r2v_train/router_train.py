@@ -275,7 +275,7 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
 
     cfg = cfg or RouterTrainConfig()
     d = train.features.shape[1]
-    names = list(feature_names or train.feature_names or [f"f{i}" for i in range(d)])
+    names = list(feature_names or train.feature_names or _default_feature_names(d))
     if valid.features.shape[1] != d:
         raise FeatureSpecError(f"validation has {valid.features.shape[1]} features, training {d}")
     for part in (train, valid):
@@ -409,6 +409,13 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
         text = json.dumps(metrics, indent=1).encode()
         atomic_write(paths["metrics"], lambda f: f.write(text))
     return RouterTrainResult(model, spec, threshold, metrics)
+
+
+def _default_feature_names(d: int) -> list[str]:
+    """The feature layout of ``r2v_agents.features`` when the width matches it, else f0..f{d-1}."""
+    from r2v_agents.features import FEATURE_NAMES
+
+    return list(FEATURE_NAMES) if d == len(FEATURE_NAMES) else [f"f{i}" for i in range(d)]
 
 
 def _fingerprint(*parts: RouterData) -> str:

@@ -101,8 +101,8 @@ def test_jsd_hand_value_symmetry_bounds():
 
 
 def test_jsd_gradient_is_finite_with_zero_mass_entries():
-    a = torch.log(torch.tensor([[1.0, 0.0, 0.0]])).requires_grad_()
-    b = torch.log(torch.tensor([[0.2, 0.3, 0.5]])).requires_grad_()
+    a = torch.log(torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])).requires_grad_()
+    b = torch.log(torch.tensor([[0.2, 0.3, 0.5], [0.9, 0.1, 0.0]])).requires_grad_()  # row 2: both pad entry 3
     jsd(a, b).sum().backward()
     assert bool(torch.isfinite(a.grad).all()) and bool(torch.isfinite(b.grad).all())
     assert float(b.grad.abs().sum()) > 0
