@@ -23,9 +23,10 @@ term) and ``brier`` (Brier only, the calibration ablation).
 
 Recalibration defaults to Platt scaling (logits / T + b) rather than Appendix C's temperature alone: the CVaR
 term raises the logits of failure-like states (a shift, not a sharpening), which a temperature cannot undo.
-Measured on synthetic rollouts (tests/test_router_train.py data, 10 epochs): CVaR training with temperature
-scaling gave ECE 0.34; with Platt scaling 0.045, as good as Brier-only training (0.044), while the lambda-aware
-threshold kept the tail gain (hard CVaR_0.2 of rollout cost 1.25 vs 1.62 for Brier-only).
+Measured on the heavy-tailed synthetic rollouts of tests/test_router_train.py (8 epochs, held-out data): CVaR
+training gave ECE 0.33 with temperature scaling and 0.047 with Platt scaling (Brier-only training: 0.050), and
+the lambda-aware threshold kept the tail gain: hard CVaR_0.2 of rollout cost 1.33 vs 1.62 for Brier-only, at
+23% vs 0.6% escalated steps.
 
 Example:
     >>> import numpy as np
@@ -398,7 +399,7 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     threshold = calibration.select_threshold(
         p_val, valid.y, cfg.c_slm, cfg.c_llm, cfg.kappa, rule=cfg.threshold_rule, max_escalation=cfg.max_escalation,
         rollout=valid.rollout_index()[0], alpha=cfg.alpha, lam=final_lam, epsilon=cfg.epsilon)
-    spec = {"names": names, "mean": mean.tolist(), "std": std.tolist()}
+    spec = {"names": names, "feature_mean": mean.tolist(), "feature_std": std.tolist()}
     metrics = {"identity": identity, "threshold": threshold, "temperature": model.temperature,
                "logit_bias": float(model.logit_bias), "lambda": final_lam,
                "tau_star": calibration.bayes_threshold(cfg.c_slm, cfg.c_llm, cfg.kappa),

@@ -21,8 +21,8 @@ SEED = 0
 NAMES = [f"feat_{i}" for i in range(15)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # module scope: it must also cover the module-scoped training fixture
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -142,7 +142,7 @@ def test_run_dir_round_trip_resume_and_reuse(tmp_path, monkeypatch):
 
 def test_feature_spec_mismatches_raise(tmp_path):
     model = RouterMLP(in_features=15)
-    spec = {"names": NAMES, "mean": [0.0] * 15, "std": [1.0] * 15}
+    spec = {"names": NAMES, "feature_mean": [0.0] * 15, "feature_std": [1.0] * 15}
     path = tmp_path / "r.pt"
     save_router(path, model, spec, threshold=0.4, meta={"note": np.float32(1.5)})
     assert load_router(path)[3] == {"note": 1.5}
@@ -153,9 +153,10 @@ def test_feature_spec_mismatches_raise(tmp_path):
     with pytest.raises(FeatureSpecError, match=r"shape \(N, 15\)"):
         model.predict_proba(np.zeros((2, 14)))
     with pytest.raises(FeatureSpecError, match="differ from the model"):
-        save_router(path, model, {**spec, "mean": [1.0] * 15}, threshold=0.4, meta={})
+        save_router(path, model, {**spec, "feature_mean": [1.0] * 15}, threshold=0.4, meta={})
     with pytest.raises(FeatureSpecError, match="16 features"):
-        save_router(path, model, {**spec, "names": NAMES + ["x"], "mean": [0.0] * 16, "std": [1.0] * 16}, 0.4, {})
+        wider = {"names": NAMES + ["x"], "feature_mean": [0.0] * 16, "feature_std": [1.0] * 16}
+        save_router(path, model, wider, 0.4, {})
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(FeatureSpecError, match="not a readable router"):
         load_router(tmp_path / "junk.pt")
@@ -197,3 +198,20 @@ def test_batches_pack_whole_rollouts():
         # each rollout in a batch is whole and contiguous, in segment order
         assert all((rollout == r).sum() == (ids == r).sum() for r in np.unique(ids))
         assert np.all(np.diff(segment[b0:b1]) >= 0)
+
+
+def test_saved_router_serves_through_the_agents_mlp_router(tmp_path):
+    """A trained router loads into r2v_agents.routers.MLPRouter and gives the same p_t on raw features f_t."""
+    from r2v_agents.features import FEATURE_NAMES
+    from r2v_agents.routers import MLPRouter
+
+    rng = np.random.default_rng(SEED)
+    f = (rng.normal(size=(600, 15)) * 5 + 3).astype(np.float32)  # far from standardised: double scaling would show
+    y = (rng.random(600) < 1 / (1 + np.exp(-f[:, 0] + 3))).astype(np.int8)
+    data = RouterData(features=f, y=y, seed=np.arange(600) // 6)
+    result = train_router(data, data, RouterTrainConfig(epochs=1, batch_size=256, progress=False),
+                          run_dir=tmp_path)
+    assert result.feature_spec["names"] == list(FEATURE_NAMES)  # the agents' feature layout by default
+    router = MLPRouter.load(tmp_path / rt.ROUTER_FILE)
+    np.testing.assert_allclose(router.predict(f[:50]), result.model.predict_proba(f[:50]), rtol=1e-5, atol=1e-6)
+    assert router.threshold == result.threshold
