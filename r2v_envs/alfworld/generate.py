@@ -14,7 +14,7 @@ rewrites ``sys.argv`` and swaps ``sys.stdout``: that runs in worker processes, n
 Example:
     >>> spec = build_game(seed=0, index=3)
     >>> spec.task_id, spec.traj_data["task_type"]
-    ('0003-pick_cool_then_place_in_recep', 'pick_cool_then_place_in_recep')
+    ('0003-pick_heat_then_place_in_recep', 'pick_heat_then_place_in_recep')
     >>> "(:goal" in spec.game["pddl_problem"], spec.game["grammar"].count("UNKNOWN GOAL")
     (True, 0)
     >>> build_game(seed=0, index=3).game == spec.game   # deterministic
