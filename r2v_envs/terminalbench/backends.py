@@ -154,7 +154,10 @@ class LocalBackend(Backend):
         (self.scratch / "tests").mkdir()
         (self.scratch / ".r2v").mkdir()
         self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(self.scratch / "tests"), "/tests")]
-        self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb"}
+        # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
+        # plugin autoloading costs ~1.5 s per pytest run here).
+        self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         for step in task.dockerfile:
             self._apply(step, task)
 
@@ -196,7 +199,14 @@ class LocalBackend(Backend):
                              env=env, limits=limits, max_output_bytes=_MAX_CAPTURE)
         return r.stdout + r.stderr, r.returncode, r.timed_out, r.wall_time_s
 
+    def _ensure_layout(self) -> None:
+        # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
+        # mount points and the session folder so the next command still runs.
+        for sub in ("app", "tests", ".r2v"):
+            (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+
     def run(self, command: str, timeout_s: float) -> CommandResult:
+        self._ensure_layout()
         state = self.scratch / ".r2v"
         (state / "cmd.sh").write_text(command + "\n")
         out, code, timed_out, wall = self._exec(session_script(str(state), self._app()), timeout_s, self._env)
@@ -206,6 +216,7 @@ class LocalBackend(Backend):
     def run_tests(self) -> CommandResult:
         """Copy the tests in and run ``run-tests.sh`` in a fresh shell (not the agent's session)."""
         task = self.task
+        self._ensure_layout()
         shutil.copytree(task.tests_dir, self.scratch / "tests", dirs_exist_ok=True)
         shutil.copy2(task.run_tests_script, self.scratch / "tests" / "run-tests.sh")
         script = f"exec 2>&1\ncd {shlex.quote(self._app())}\nbash {shlex.quote(self._tests())}/run-tests.sh\n"
