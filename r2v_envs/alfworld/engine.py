@@ -11,6 +11,7 @@ the caller's ``random`` stream is left as it was.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import threading
 import zlib
@@ -58,7 +59,9 @@ class AlfredEngine:
         if expert:
             wrappers.append(alfred.AlfredExpert(expert_type=alfred.AlfredExpertType.HANDCODED))
             infos.extras.append("expert_plan")
-        self._seed = zlib.crc32(gamefile.encode())
+        # Seeded by the game's problem, not its path: the same game plays the same wherever it is cached.
+        with open(gamefile) as f:
+            self._seed = zlib.crc32(json.load(f)["pddl_problem"].encode())
         self._step = 0
         with ENGINE_LOCK:
             self._env = textworld.start(gamefile, infos, wrappers=wrappers)
