@@ -70,20 +70,19 @@ SCENE_OBJECTS: dict[str, tuple[str, ...]] = {
     "bathroom": ("Cloth", "SoapBar", "SoapBottle", "DishSponge", "ToiletPaper", "SprayBottle", "Candle",
                  "HandTowel", "TissueBox", "Plunger"),
 }
-# (scene choices, target pool, receptacles the goal may name) per family.
-FAMILY_SETUP: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
-    "pick_and_place_simple": (("kitchen", "bedroom", "bathroom"), (), ()),
-    "pick_two_obj_and_place": (("kitchen", "bedroom", "bathroom"), (), ()),
+# (scene choices, target pool; empty = any movable object of the scene) per family.
+FAMILY_SETUP: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "pick_and_place_simple": (("kitchen", "bedroom", "bathroom"), ()),
+    "pick_two_obj_and_place": (("kitchen", "bedroom", "bathroom"), ()),
     "look_at_obj_in_light": (("bedroom",), ("Book", "CellPhone", "AlarmClock", "CD", "CreditCard", "KeyChain",
-                                            "Pencil", "Watch", "Vase", "Statue", "RemoteControl"), ()),
+                                            "Pencil", "Watch", "Vase", "Statue", "RemoteControl")),
     "pick_clean_then_place_in_recep": (("kitchen", "bathroom"), (
         "Apple", "Tomato", "Potato", "Lettuce", "Egg", "Mug", "Cup", "Bowl", "Plate", "Pan", "Pot", "Spoon",
-        "Fork", "Knife", "ButterKnife", "Ladle", "Spatula", "DishSponge", "Kettle", "Cloth", "SoapBar"), ()),
+        "Fork", "Knife", "ButterKnife", "Ladle", "Spatula", "DishSponge", "Kettle", "Cloth", "SoapBar")),
     "pick_heat_then_place_in_recep": (("kitchen",), ("Apple", "Tomato", "Potato", "Egg", "Bread", "Mug", "Cup",
-                                                     "Plate"), ()),
+                                                     "Plate")),
     "pick_cool_then_place_in_recep": (("kitchen",), ("Apple", "Tomato", "Potato", "Lettuce", "Egg", "Bread",
-                                                     "Mug", "Cup", "Bowl", "Plate", "Pan", "Pot", "WineBottle"),
-                                      ()),
+                                                     "Mug", "Cup", "Bowl", "Plate", "Pan", "Pot", "WineBottle")),
 }
 # The receptacle that does the family's state change; it is never the goal receptacle.
 _TOOL = {"pick_clean_then_place_in_recep": "SinkBasin", "pick_heat_then_place_in_recep": "Microwave",
@@ -165,7 +164,7 @@ def build_game(seed: int, index: int, n_distractors: tuple[int, int] = (4, 9)) -
     digest = hashlib.sha256(f"r2v-alfworld-{GENERATOR_VERSION}-{seed}-{index}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     contain, actions, gdict = _alfred_tables()
-    scenes, pool, _ = FAMILY_SETUP[family]
+    scenes, pool = FAMILY_SETUP[family]
     scene = rng.choice(scenes)
 
     # Receptacles, each at its own location.
@@ -357,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-verify", action="store_true", help="skip the handcoded-expert check")
     parser.add_argument("indices", type=int, nargs="+")
     args = parser.parse_args(argv)
+    Path(args.root).mkdir(parents=True, exist_ok=True)
     for index in args.indices:
         task_id, attempts, walkthrough = _generate_one(args.seed, index, args.root, not args.no_verify)
         print(f"{task_id}: {attempts} layout(s), expert wins in {len(walkthrough)} steps", flush=True)
