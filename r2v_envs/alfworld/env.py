@@ -10,7 +10,7 @@ expert, see :mod:`r2v_envs.alfworld.engine`):
   task-level split over all games instead.
 * ``source="offline"``: games generated here from the PDDL domain and grammar in the alfworld wheel
   (:mod:`r2v_envs.alfworld.generate`), ``n_games`` of them (default 60, ten per family), deterministic in
-  ``suite_seed``, generated on first use and cached under ``$R2V_CACHE_DIR`` (default ``~/.cache/r2v``).
+  ``suite_seed``, generated on first use and cached under ``$R2V_CACHE`` (default ``~/.cache/r2v``).
 
 ``source="auto"`` (default) uses the official data when ``$ALFWORLD_DATA/json_2.1.1`` exists, else offline.
 

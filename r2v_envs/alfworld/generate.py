@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from r2v_envs.core import cache_dir
 from r2v_envs.errors import BackendUnavailableError, GameGenerationError
 
 GENERATOR_VERSION = "v1"
@@ -273,8 +274,7 @@ def _problem_text(task_id, family, target, parent, toggle, receptacles, placed, 
 
 # ------------------------------------------------------------------------------------------- files
 def default_cache_dir() -> Path:
-    root = os.environ.get("R2V_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "r2v")
-    return Path(root) / "alfworld"
+    return cache_dir("alfworld")
 
 
 def suite_dir(seed: int, cache_dir: str | os.PathLike | None = None) -> Path:
