@@ -229,28 +229,34 @@ class Sandbox:
         ``env`` adds to (and overrides) :func:`minimal_env`. Output beyond ``max_output_bytes`` per stream is
         dropped (``output_truncated``). Never raises for anything the command does.
         """
-        if isinstance(argv, (str, bytes)) or not argv:
-            raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
         limits = limits or self.limits
-        workdir = os.path.realpath(os.fspath(workdir))
-        if not os.path.isdir(workdir):
-            raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
-        marker = secrets.token_hex(8)
-        full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
-        cmd = self._command(list(argv), workdir, limits)
+        _check_args(argv, workdir)
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=functools.partial(_apply_rlimits, limits, self._nproc(limits)))
+            proc = self.spawn(argv, workdir=workdir, env=env, limits=limits)
         except OSError as exc:  # e.g. the program does not exist (rlimit level execs it directly)
             return SandboxResult(127, "", f"sandbox: {exc}\n", False, time.monotonic() - start, self.isolation,
                                  False)
-        out, err, truncated, timed_out = _communicate(proc, stdin, start + limits.wall_time_s, max_output_bytes)
-        if self.isolation == "rlimit":  # no namespace kills escaped children: find them by the run's marker
-            _kill_marked(f"{MARKER_VAR}={marker}".encode())
-        return SandboxResult(None if timed_out else proc.returncode, out, err, timed_out,
+        out, err, truncated, timed_out = _communicate(proc.popen, stdin, start + limits.wall_time_s,
+                                                      max_output_bytes)
+        proc.kill()
+        return SandboxResult(None if timed_out else proc.popen.returncode, out, err, timed_out,
                              time.monotonic() - start, self.isolation, truncated)
+
+    def spawn(self, argv: Sequence[str], *, workdir: str | os.PathLike, env: Mapping[str, str] | None = None,
+              limits: SandboxLimits | None = None) -> SandboxProcess:
+        """Start ``argv`` in the sandbox with stdin/stdout/stderr pipes and return at once (for long-lived
+        servers). ``limits.wall_time_s`` is not applied: the caller owns the deadline and must call
+        :meth:`SandboxProcess.kill`, which takes the whole tree down."""
+        limits = limits or self.limits
+        workdir = _check_args(argv, workdir)
+        marker = secrets.token_hex(8)
+        full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
+        cmd = self._command(list(argv), workdir, limits)
+        popen = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=functools.partial(_apply_rlimits, limits, self._nproc(limits)))
+        return SandboxProcess(popen, self.isolation, marker)
 
     def _nproc(self, limits: SandboxLimits) -> int:
         # An unprivileged caller's count covers all its processes (the uid is shared): allow those plus ours.
@@ -275,6 +281,47 @@ class Sandbox:
         code = ("import os,sys;u=int(sys.argv[1]);os.setgroups([]);os.setgid(u);os.setuid(u);"
                 "os.execvp(sys.argv[2],sys.argv[2:])")
         return [sys.executable, "-S", "-c", code, str(uid)]
+
+
+def _check_args(argv: Sequence[str], workdir: str | os.PathLike) -> str:
+    if isinstance(argv, (str, bytes)) or not argv:
+        raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
+    workdir = os.path.realpath(os.fspath(workdir))
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
+    return workdir
+
+
+class SandboxProcess:
+    """A running sandboxed command (from :meth:`Sandbox.spawn`); :meth:`kill` ends its whole process tree."""
+
+    def __init__(self, popen: subprocess.Popen, isolation: str, marker: str):
+        self.popen, self.isolation, self.marker = popen, isolation, marker
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the process group (bwrap/unshare then take their PID namespace down), reap, and under
+        ``rlimit`` also kill escaped processes that carry this run's marker. Idempotent."""
+        if self.popen.poll() is None:  # once reaped, its pid (= pgid) may be reused: never signal it again
+            _kill_tree(self.popen)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+        if self.isolation == "rlimit":  # no namespace kills escaped children: find them by the marker
+            _kill_marked(f"{MARKER_VAR}={self.marker}".encode())
+        for f in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
 
 
 def _chown_tree(root: str, uid: int) -> None:
