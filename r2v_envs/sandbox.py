@@ -119,7 +119,8 @@ def available_isolations() -> list[str]:
     """The isolation levels this host supports, strongest first (probed once per process, then cached)."""
     levels = []
     bwrap = shutil.which("bwrap")
-    if bwrap and _probe([bwrap, *_bwrap_namespace_args(network=False), *_bwrap_mount_args("/", ()), "--"]):
+    if bwrap and _probe([bwrap, *_bwrap_namespace_args(network=False),
+                                *_bwrap_mount_args("/tmp", default_readonly_paths()), "--"]):
         levels.append("bwrap")
     unshare = shutil.which("unshare")
     if unshare and _probe([unshare, *_unshare_args(network=False), "--"]):
@@ -142,13 +143,31 @@ def _bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    for path in readonly:
-        if os.path.exists(path) and not any(path == p or path.startswith(p + "/") for p in SYSTEM_PATHS):
-            args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # /dev/shm backs multiprocessing locks and shared values (EvalPlus uses them).
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777",
+             "--tmpfs", "/tmp"]
+    binds = [p for p in readonly if os.path.exists(p) and not _under(p, SYSTEM_PATHS)]
+    # bwrap creates missing parents of a mount point 0700 (e.g. /root for a pyenv Python): an unprivileged uid
+    # could not reach the mount, so make every parent explicitly, world-traversable.
+    made: set[str] = {"/", "/tmp"}
+    for path in [*binds, workdir]:
+        parents = []
+        parent = os.path.dirname(path)
+        while parent not in made and not _under(parent, SYSTEM_PATHS) and parent != "/":
+            parents.append(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(parents):
+            args += ["--perms", "0755", "--dir", d]
+            made.add(d)
+    for path in binds:
+        args += ["--ro-bind", path, path]
     if workdir != "/":
         args += ["--bind", workdir, workdir]
     return [*args, "--chdir", workdir]
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def _unshare_args(network: bool) -> list[str]:
