@@ -140,6 +140,7 @@ class HumanEvalEnv(TextEnv):
             verdict = self._request("full")
         except JudgeError as exc:  # the candidate broke the judge itself: EvalPlus counts that as a failure
             verdict = {"error": str(exc)}
+        verdict["evalplus_patches"] = list(self._judge.patches) if self._judge is not None else []
         won = verdict.get("base", {}).get("status") == "pass" and verdict.get("plus", {}).get("status") == "pass"
         info = self._info(channel="tool_output", won=won, lost=not won, score=float(won), verdict=verdict)
         return format_verdict(verdict, won), float(won), True, info
@@ -149,8 +150,9 @@ class HumanEvalEnv(TextEnv):
         if self._done or not self._problem:
             return None
         canonical = (self._problem["prompt"] + self._problem["canonical_solution"]).strip("\n")
-        if self._code != canonical:
-            return f"write_code\n```python\n{canonical}\n```"
+        write = f"write_code\n```python\n{canonical}\n```"
+        if self._code != parse_action(write).code:  # compare as the env will store it (whitespace-normalised)
+            return write
         return "test" if self._tested != self._code else "submit"
 
     def _info(self, **extra: Any) -> dict[str, Any]:
@@ -177,7 +179,7 @@ def format_test_report(entry_point: str, examples: list[dict[str, Any]]) -> str:
         lines.append(f"example {i}: {ex['call']}")
         lines.append(f"  expected: {ex['expected']}")
         got = {"ok": ex["got"], "raise": f"raised {ex['got']}", "load": "(not run: the code failed to load)"
-               }.get(ex["kind"], ex["got"])
+               }.get(ex["kind"], f"({ex['got']})")
         lines.append(f"  got:      {got}")
         lines.append("  PASSED" if ex["passed"] else "  FAILED")
     lines.append(f"=== {passed} passed, {len(examples) - passed} failed ===")

@@ -47,6 +47,7 @@ class Judge:
         self._buf = b""
         self._next_id = 0
         self.restarts = 0
+        self.patches: list[str] = []  # fixes applied to the installed EvalPlus (see judge_server)
         self._finalizer = weakref.finalize(self, Judge._cleanup, [None, None])
 
     @property
@@ -69,6 +70,7 @@ class Judge:
         ready = self._read_line(time.monotonic() + START_DEADLINE_S)
         if not ready.get("ready"):
             raise JudgeError(f"judge did not start: {ready}")
+        self.patches = list(ready.get("patches", []))
 
     @staticmethod
     def _cleanup(state: list) -> None:

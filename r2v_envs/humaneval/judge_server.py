@@ -13,6 +13,12 @@ Requests::
     {"id": 2, "mode": "smoke", "task_file": "...pkl", "code": "...", "n_public": 3}
         -> {"id": 2, "status": "pass"|"fail"|"timeout", "examples": [{"call", "expected", "got", "passed"}]}
 
+EvalPlus 0.3.1 (the PyPI release) cannot pass HumanEval/32 at all: its ``find_zero`` special oracle
+``continue``s before recording the input as passed, so ``untrusted_check`` sees too few results and fails
+every program, the canonical solution included. Upstream fixed it (commit 26d6d00: record the pass, then
+``continue``); :func:`patch_evalplus` applies exactly that fix to the installed function, only when the buggy
+lines are present, and the judge reports the patches it applied.
+
 Trust model: the same as EvalPlus' (a deliberately hostile candidate that introspects the judge could forge
 a verdict); the sandbox bounds what it can do to the host.
 """
@@ -73,7 +79,7 @@ def _display_child(code: str, entry_point: str, inputs: list, limits: list[float
     import copy
 
     from evalplus.eval import query_maximum_memory_bytes
-    from evalplus.eval.utils import reliability_guard, swallow_io, time_limit
+    from evalplus.eval.utils import TimeoutException, reliability_guard, swallow_io, time_limit
 
     reliability_guard(maximum_memory_bytes=query_maximum_memory_bytes())
     try:
@@ -89,6 +95,9 @@ def _display_child(code: str, entry_point: str, inputs: list, limits: list[float
             with time_limit(limit), swallow_io():
                 got = fn(*copy.deepcopy(inp))
             conn.send(("ok", short_repr(got)))
+        except TimeoutException:
+            conn.send(("timeout", f"no result within {limit:g}s (time limit exceeded)"))
+            return  # the rest would most likely time out too: do not make the agent wait for each
         except BaseException as exc:  # noqa: BLE001
             conn.send(("raise", f"{type(exc).__name__}: {exc}"[:MAX_REPR]))
 
@@ -132,12 +141,35 @@ def smoke(rec: dict[str, Any], code: str, n_public: int) -> dict[str, Any]:
     args = [", ".join(short_repr(a) for a in inp) for inp in inputs]
     examples = []
     for i, inp in enumerate(inputs):
-        kind, text = shown[i] if i < len(shown) else ("timeout", "no result (time limit exceeded)")
+        kind, text = shown[i] if i < len(shown) else ("skipped", "not run (an earlier example timed out)")
         if shown and shown[0][0] == "load":
             kind, text = shown[0]
         examples.append({"call": f"{rec['entry_point']}({args[i]})", "expected": short_repr(expected[i]),
                          "got": text, "kind": kind, "passed": bool(i < len(details) and details[i])})
     return {"status": status, "examples": examples}
+
+
+_BUGGY_FIND_ZERO = ("assert abs(_poly(*inp, out)) <= atol\n"
+                    "                            continue")
+_FIXED_FIND_ZERO = ("assert abs(_poly(*inp, out)) <= atol\n"
+                    "                            details[i] = True\n"
+                    "                            progress.value += 1\n"
+                    "                            continue")
+
+
+def patch_evalplus() -> list[str]:
+    """Apply upstream EvalPlus' fix of the find_zero oracle to an installed release that lacks it."""
+    import inspect
+    import textwrap
+
+    import evalplus.eval as ev
+
+    source = textwrap.dedent(inspect.getsource(ev.unsafe_execute))
+    if _BUGGY_FIND_ZERO not in source:
+        return []
+    namespace = ev.__dict__  # compile into the module, so untrusted_check calls the fixed function
+    exec(compile(source.replace(_BUGGY_FIND_ZERO, _FIXED_FIND_ZERO), ev.__file__, "exec"), namespace)
+    return ["find_zero-progress (evalplus 26d6d00)"]
 
 
 def sweep() -> None:
@@ -170,9 +202,9 @@ def serve() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     reader, writer = os.fdopen(rfd, "r"), os.fdopen(wfd, "w")
-    import evalplus.eval  # noqa: F401 - warm the import once, before the first request
+    patches = patch_evalplus()  # also warms the evalplus import before the first request
 
-    writer.write(json.dumps({"ready": True}) + "\n")
+    writer.write(json.dumps({"ready": True, "patches": patches}) + "\n")
     writer.flush()
     for line in reader:
         req: Any = None
