@@ -96,7 +96,7 @@ def _display_child(code: str, entry_point: str, inputs: list, limits: list[float
                 got = fn(*copy.deepcopy(inp))
             conn.send(("ok", short_repr(got)))
         except TimeoutException:
-            conn.send(("timeout", f"no result within {limit:g}s (time limit exceeded)"))
+            conn.send(("timeout", f"time limit of {limit:g}s exceeded"))
             return  # the rest would most likely time out too: do not make the agent wait for each
         except BaseException as exc:  # noqa: BLE001
             conn.send(("raise", f"{type(exc).__name__}: {exc}"[:MAX_REPR]))
@@ -141,7 +141,7 @@ def smoke(rec: dict[str, Any], code: str, n_public: int) -> dict[str, Any]:
     args = [", ".join(short_repr(a) for a in inp) for inp in inputs]
     examples = []
     for i, inp in enumerate(inputs):
-        kind, text = shown[i] if i < len(shown) else ("skipped", "not run (an earlier example timed out)")
+        kind, text = shown[i] if i < len(shown) else ("skipped", "not run: an earlier example timed out")
         if shown and shown[0][0] == "load":
             kind, text = shown[0]
         examples.append({"call": f"{rec['entry_point']}({args[i]})", "expected": short_repr(expected[i]),
