@@ -37,21 +37,24 @@ class InjectPrompt(TextPerturbation, gym.utils.RecordConstructorArgs):
         self.prob = check_prob("prob", prob)
         self.goal_prob = check_prob("goal_prob", goal_prob)
         self._goal: str | None = None
+        self._goal_event: dict[str, str] | None = None
 
     def on_reset(self, obs: str, info: dict[str, Any]) -> str:
-        self._goal = None
+        self._goal, self._goal_event = None, None
         rng = self.rng(info, stream=1)
         goal = info.get("goal") or ""
         if goal and rng.random() < self.goal_prob:
             k, text = injection_text(self.profile, rng)
             self._goal = f"{goal} {text}" if rng.random() < 0.5 else f"{text} {goal}"
-            info["perturbations"].append(event(self.kind, "goal", f"template {k}"))
+            self._goal_event = event(self.kind, "goal", f"template {k}")
             obs = obs.replace(goal, self._goal)
         return obs
 
     def on_info(self, info: dict[str, Any]) -> None:
+        # the corrupted goal persists all episode, so every step that shows it records it
         if self._goal is not None:
             info["goal"] = self._goal
+            info["perturbations"].append(dict(self._goal_event))
 
     def perturb(self, text: str, channel: str, rng: np.random.Generator, info: dict[str, Any]):
         if rng.random() >= self.prob:

@@ -1,0 +1,105 @@
+"""Per-step cost of R2V/TextWorld-v0 (clean and composite) relative to raw ``textworld.gym``, in one run.
+
+The same games and the same action sequences (the expert's, recorded on the raw env, plus a few invalid
+commands) are replayed on all three, with the same information requested from the engine (admissible
+commands, the planner's policy commands, won/lost/score/objective). Rounds alternate between the three so
+that machine load hits them alike; the median over rounds of each variant's mean step time is reported.
+
+    python benchmarks/env_overhead.py --games 8 --rounds 5
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import tyro
+
+import r2v_envs  # noqa: F401
+from r2v_envs.textworld.generate import ensure_game
+from r2v_envs.textworld.suite import get_suite
+
+
+@dataclass
+class Args:
+    games: int = 8
+    """number of games of the small suite to replay"""
+    rounds: int = 5
+    """alternating measurement rounds (raw, clean, composite each round)"""
+    seed: int = 7
+    """perturbation seed for the composite variant"""
+
+
+def raw_env(path):
+    import textworld
+    import textworld.gym
+
+    infos = textworld.EnvInfos(won=True, lost=True, score=True, max_score=True, objective=True,
+                               admissible_commands=True, policy_commands=True)
+    return textworld.gym.make(textworld.gym.register_game(str(path), infos))
+
+
+def record_actions(path) -> list[str]:
+    env = raw_env(path)
+    _, info = env.reset()
+    actions = ["inventory", "look", "xyzzy"]
+    for a in actions:
+        _, _, _, info = env.step(a)
+    for _ in range(60):
+        a = info["policy_commands"][0]
+        actions.append(a)
+        _, _, done, info = env.step(a)
+        if done:
+            break
+    env.close()
+    return actions
+
+
+def time_raw(path, actions) -> tuple[float, int]:
+    env = raw_env(path)
+    env.reset()
+    t0 = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    dt = time.perf_counter() - t0
+    env.close()
+    return dt, len(actions)
+
+
+def time_r2v(env, task_id, actions) -> tuple[float, int]:
+    env.reset(options={"task_id": task_id})
+    t0 = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    return time.perf_counter() - t0, len(actions)
+
+
+def main(args: Args) -> dict[str, float]:
+    suite = get_suite("small")
+    task_ids = list(suite)[: args.games]
+    paths = {t: ensure_game(suite[t]) for t in task_ids}
+    actions = {t: record_actions(paths[t]) for t in task_ids}
+    clean = gym.make("R2V/TextWorld-v0", seed=args.seed, suite="small", perturbations=None, max_episode_steps=1000)
+    noisy = gym.make("R2V/TextWorld-v0", seed=args.seed, suite="small", perturbations="composite",
+                     max_episode_steps=1000)
+    per_round = {"raw": [], "clean": [], "composite": []}
+    for _ in range(args.rounds):
+        for name in per_round:
+            total, steps = 0.0, 0
+            for t in task_ids:
+                dt, n = time_raw(paths[t], actions[t]) if name == "raw" else \
+                    time_r2v(clean if name == "clean" else noisy, t, actions[t])
+                total, steps = total + dt, steps + n
+            per_round[name].append(total / steps)
+    med = {k: statistics.median(v) for k, v in per_round.items()}
+    print(f"{len(task_ids)} games, {sum(map(len, actions.values()))} steps per variant, {args.rounds} rounds")
+    print(f"{'variant':<10} {'ms/step':>8} {'steps/s':>8} {'x raw':>7}")
+    for k, v in med.items():
+        print(f"{k:<10} {v * 1e3:8.3f} {1 / v:8.0f} {v / med['raw']:7.3f}")
+    return {k: v / med["raw"] for k, v in med.items()}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
