@@ -119,7 +119,8 @@ def available_isolations() -> list[str]:
     """The isolation levels this host supports, strongest first (probed once per process, then cached)."""
     levels = []
     bwrap = shutil.which("bwrap")
-    if bwrap and _probe([bwrap, *_bwrap_namespace_args(network=False), *_bwrap_mount_args("/", ()), "--"]):
+    if bwrap and _probe([bwrap, *_bwrap_namespace_args(network=False),
+                                *_bwrap_mount_args("/tmp", default_readonly_paths()), "--"]):
         levels.append("bwrap")
     unshare = shutil.which("unshare")
     if unshare and _probe([unshare, *_unshare_args(network=False), "--"]):
@@ -142,13 +143,31 @@ def _bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    for path in readonly:
-        if os.path.exists(path) and not any(path == p or path.startswith(p + "/") for p in SYSTEM_PATHS):
-            args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # /dev/shm backs multiprocessing locks and shared values (EvalPlus uses them).
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777",
+             "--tmpfs", "/tmp"]
+    binds = [p for p in readonly if os.path.exists(p) and not _under(p, SYSTEM_PATHS)]
+    # bwrap creates missing parents of a mount point 0700 (e.g. /root for a pyenv Python): an unprivileged uid
+    # could not reach the mount, so make every parent explicitly, world-traversable.
+    made: set[str] = {"/", "/tmp"}
+    for path in [*binds, workdir]:
+        parents = []
+        parent = os.path.dirname(path)
+        while parent not in made and not _under(parent, SYSTEM_PATHS) and parent != "/":
+            parents.append(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(parents):
+            args += ["--perms", "0755", "--dir", d]
+            made.add(d)
+    for path in binds:
+        args += ["--ro-bind", path, path]
     if workdir != "/":
         args += ["--bind", workdir, workdir]
     return [*args, "--chdir", workdir]
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def _unshare_args(network: bool) -> list[str]:
@@ -229,28 +248,34 @@ class Sandbox:
         ``env`` adds to (and overrides) :func:`minimal_env`. Output beyond ``max_output_bytes`` per stream is
         dropped (``output_truncated``). Never raises for anything the command does.
         """
-        if isinstance(argv, (str, bytes)) or not argv:
-            raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
         limits = limits or self.limits
-        workdir = os.path.realpath(os.fspath(workdir))
-        if not os.path.isdir(workdir):
-            raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
-        marker = secrets.token_hex(8)
-        full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
-        cmd = self._command(list(argv), workdir, limits)
+        _check_args(argv, workdir)
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=functools.partial(_apply_rlimits, limits, self._nproc(limits)))
+            proc = self.spawn(argv, workdir=workdir, env=env, limits=limits)
         except OSError as exc:  # e.g. the program does not exist (rlimit level execs it directly)
             return SandboxResult(127, "", f"sandbox: {exc}\n", False, time.monotonic() - start, self.isolation,
                                  False)
-        out, err, truncated, timed_out = _communicate(proc, stdin, start + limits.wall_time_s, max_output_bytes)
-        if self.isolation == "rlimit":  # no namespace kills escaped children: find them by the run's marker
-            _kill_marked(f"{MARKER_VAR}={marker}".encode())
-        return SandboxResult(None if timed_out else proc.returncode, out, err, timed_out,
+        out, err, truncated, timed_out = _communicate(proc.popen, stdin, start + limits.wall_time_s,
+                                                      max_output_bytes)
+        proc.kill()
+        return SandboxResult(None if timed_out else proc.popen.returncode, out, err, timed_out,
                              time.monotonic() - start, self.isolation, truncated)
+
+    def spawn(self, argv: Sequence[str], *, workdir: str | os.PathLike, env: Mapping[str, str] | None = None,
+              limits: SandboxLimits | None = None) -> SandboxProcess:
+        """Start ``argv`` in the sandbox with stdin/stdout/stderr pipes and return at once (for long-lived
+        servers). ``limits.wall_time_s`` is not applied: the caller owns the deadline and must call
+        :meth:`SandboxProcess.kill`, which takes the whole tree down."""
+        limits = limits or self.limits
+        workdir = _check_args(argv, workdir)
+        marker = secrets.token_hex(8)
+        full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
+        cmd = self._command(list(argv), workdir, limits)
+        popen = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=functools.partial(_apply_rlimits, limits, self._nproc(limits)))
+        return SandboxProcess(popen, self.isolation, marker)
 
     def _nproc(self, limits: SandboxLimits) -> int:
         # An unprivileged caller's count covers all its processes (the uid is shared): allow those plus ours.
@@ -275,6 +300,47 @@ class Sandbox:
         code = ("import os,sys;u=int(sys.argv[1]);os.setgroups([]);os.setgid(u);os.setuid(u);"
                 "os.execvp(sys.argv[2],sys.argv[2:])")
         return [sys.executable, "-S", "-c", code, str(uid)]
+
+
+def _check_args(argv: Sequence[str], workdir: str | os.PathLike) -> str:
+    if isinstance(argv, (str, bytes)) or not argv:
+        raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
+    workdir = os.path.realpath(os.fspath(workdir))
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
+    return workdir
+
+
+class SandboxProcess:
+    """A running sandboxed command (from :meth:`Sandbox.spawn`); :meth:`kill` ends its whole process tree."""
+
+    def __init__(self, popen: subprocess.Popen, isolation: str, marker: str):
+        self.popen, self.isolation, self.marker = popen, isolation, marker
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the process group (bwrap/unshare then take their PID namespace down), reap, and under
+        ``rlimit`` also kill escaped processes that carry this run's marker. Idempotent."""
+        if self.popen.poll() is None:  # once reaped, its pid (= pgid) may be reused: never signal it again
+            _kill_tree(self.popen)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+        if self.isolation == "rlimit":  # no namespace kills escaped children: find them by the marker
+            _kill_marked(f"{MARKER_VAR}={self.marker}".encode())
+        for f in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
 
 
 def _chown_tree(root: str, uid: int) -> None:

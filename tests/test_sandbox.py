@@ -6,6 +6,7 @@ timeout, and leaves no process behind (every hostile program carries a unique to
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -210,3 +211,23 @@ def test_next_run_works_after_hostile_ones(sandbox, tmp_path):
     run_py(sandbox, "while True: pass", tmp_path, limits=SandboxLimits(wall_time_s=0.5))
     r, _ = run_py(sandbox, "print('alive')", tmp_path)
     assert r.ok and r.stdout == "alive\n"
+
+
+def test_sandboxed_python_is_ours(sandbox, tmp_path):
+    # The Python prefix may live under a hidden directory (pyenv under /root): it must still be reachable.
+    r, _ = run_py(sandbox, "import sys, json; print(json.dumps([sys.prefix, sys.version]))", tmp_path)
+    assert r.ok, r.stderr
+    assert r.stdout.strip() == json.dumps([sys.prefix, sys.version])
+
+
+def test_spawned_process_tree_is_killed(sandbox, tmp_path):
+    token = secrets.token_hex(8)
+    code = f"# {token}\nimport os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(60)\n"
+    proc = sandbox.spawn([sys.executable, "-c", code], workdir=tmp_path)
+    deadline = time.monotonic() + 5
+    while len(processes_with(token)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.alive()
+    proc.kill()
+    assert not proc.alive()
+    assert_no_strays(token)
