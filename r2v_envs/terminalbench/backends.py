@@ -102,22 +102,7 @@ class _TaskSandbox(Sandbox):
             return cmd
         i = cmd.index("--")  # end of bubblewrap's own options
         extra = [x for src, dst in self.binds for x in ("--bind", src, dst)]
-        return [*cmd[:i], *extra, *_open_parents(self.readonly_paths), *cmd[i:]]
-
-
-def _open_parents(paths: Sequence[str]) -> list[str]:
-    """``--chmod 0755`` for the directories bubblewrap creates above read-only binds. It copies the host's
-    modes, so with Python under ``/root/.pyenv`` (``/root`` is 0700) a shell that dropped root could not reach
-    ``python`` or ``pytest`` on its PATH."""
-    parents: set[str] = set()
-    for path in paths:
-        parent = os.path.dirname(path)
-        while parent not in ("/", "") and not any(parent == p or parent.startswith(p + "/") for p in paths
-                                                   if p != path):
-            parents.add(parent)
-            parent = os.path.dirname(parent)
-    system = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-    return [x for p in sorted(parents) if p not in system for x in ("--chmod", "0755", p)]
+        return [*cmd[:i], *extra, *cmd[i:]]
 
 
 class LocalBackend(Backend):
