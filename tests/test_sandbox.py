@@ -18,6 +18,7 @@ import pytest
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, available_isolations
+from tests.proc_helpers import processes_with
 
 pytestmark = pytest.mark.timeout(30)
 LEVELS = available_isolations()
@@ -31,17 +32,6 @@ def run_py(sb: Sandbox, code: str, workdir, **kw):
     return sb.run([sys.executable, "-c", src], workdir=workdir, **kw), token
 
 
-def processes_with(token: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if token.encode() in f.read():
-                        found.append(int(pid))
-            except OSError:
-                pass
-    return found
 
 
 def assert_no_strays(token: str, within_s: float = 3.0) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import time
@@ -18,6 +17,7 @@ from r2v_envs.terminalbench.env import USAGE, truncate_output
 from r2v_envs.terminalbench.tasks import (SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task,
                                           parse_pytest_summary)
 from r2v_envs.terminalbench.tasks import tests_passed as all_passed
+from tests.proc_helpers import processes_with
 
 pytestmark = pytest.mark.timeout(120)
 SEED = 0
@@ -106,17 +106,6 @@ def test_agent_time_budget_ends_the_episode(tmp_path):
     e.close()
 
 
-def processes_with(token: str) -> list[int]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if token.encode() in f.read():
-                        found.append(int(pid))
-            except OSError:
-                pass
-    return found
 
 
 def test_hostile_commands_are_contained(env, tmp_path):
