@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import time
@@ -68,6 +69,12 @@ class RunConfig:
     """Env worker processes; 0 steps the envs in the main process."""
     envs_per_worker: int = 4
     """Env slots per worker (in-process: slots in total)."""
+    keep_workers: bool = True
+    """Keep the env workers alive for the next run with the same env setting (see :class:`WorkerPool`)."""
+    policy_in_workers: bool = False
+    """Give each worker its own copy of the (picklable, cheap) policy and run whole episodes there: no
+    round trip per step, so the best throughput for oracle/scripted/API agents. Keep False for an SLM that
+    should batch across all envs in one process."""
     shard_episodes: int = 64
     """Episodes per shard file."""
     imports: tuple[str, ...] = ()
@@ -92,6 +99,8 @@ class RunSummary:
     teacher_calls: int
     cost: float
     wall_s: float
+    worker_cpu_s: tuple[float, ...] = ()
+    """CPU seconds of each env worker process (empty when ``workers=0``)."""
 
     @property
     def success_rate(self) -> float:
@@ -169,8 +178,12 @@ class EnvSlots:
 
 
 def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...]) -> None:
+    """An env worker. Messages: a list of reset/step commands (answered with results), ``"cpu"`` (answered
+    with its CPU seconds), ``("drive", policy, cfg, name, benchmark, max_steps)`` (run whole episodes with
+    this copy of the policy, asking the parent for episodes) and ``None`` (exit)."""
     os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
     import importlib
+    import sys
 
     import r2v_envs  # noqa: F401 - registers the envs
 
@@ -185,14 +198,33 @@ def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imp
                 break
             if msg is None:
                 break
-            conn.send(slots.handle(msg))
+            if msg == "cpu":  # CPU seconds this worker spent (the runner reports utilisation)
+                conn.send(time.process_time())
+            elif isinstance(msg, tuple) and msg[0] == "drive":
+                if "torch" in sys.modules:
+                    sys.modules["torch"].set_num_threads(1)
+                _drive_in_worker(conn, slots, *msg[1:])
+            else:
+                conn.send(slots.handle(msg))
     finally:
         slots.close()
 
 
+def _drive_in_worker(conn, slots: EnvSlots, policy, cfg: RunConfig, name: str, benchmark: str,
+                     max_steps: int | None) -> None:
+    def next_episode() -> _Episode | None:
+        conn.send(("next",))
+        job = conn.recv()
+        return None if job is None else _Episode(job[0], episode_key(job[1], job[2]), job[1], job[2])
+
+    _drive([_LocalHost(slots)], policy, next_episode, lambda rec, idx: conn.send(("done", idx, rec)), cfg, name,
+           benchmark, max_steps)
+    conn.send(("end",))
+
+
 class _LocalHost:
-    def __init__(self, cfg: RunConfig):
-        self.slots = EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps)
+    def __init__(self, slots: EnvSlots):
+        self.slots = slots
         self.results: list[tuple] | None = None
 
     def send(self, cmds):
@@ -226,6 +258,10 @@ class _ProcessHost:
                                "run workers need an `if __name__ == '__main__':` guard (spawned workers "
                                "re-import the main module)") from e
 
+    def cpu_seconds(self) -> float:
+        self.send("cpu")
+        return float(self.recv())
+
     def close(self):
         try:
             self.conn.send(None)
@@ -234,6 +270,45 @@ class _ProcessHost:
         self.proc.join(timeout=10)
         if self.proc.is_alive():
             self.proc.kill()
+
+
+class WorkerPool:
+    """Env workers kept alive between :func:`run` calls with the same env setting (``keep_workers=True``):
+    a warm worker has its engine's caches filled (TextWorld parses each game family's logic once per process,
+    ~0.2-0.3 s) and its envs open. Closed at interpreter exit, or with :meth:`close_all`."""
+
+    _pools: dict[str, list[_ProcessHost]] = {}
+
+    @staticmethod
+    def key(cfg: RunConfig) -> str:
+        return json.dumps([cfg.env_id, cfg.env_kwargs, cfg.max_steps, list(cfg.imports)], sort_keys=True,
+                          default=str)
+
+    @classmethod
+    def take(cls, cfg: RunConfig, n: int) -> list[_ProcessHost]:
+        pool = [h for h in cls._pools.pop(cls.key(cfg), []) if h.proc.is_alive()]
+        hosts, cls._pools[cls.key(cfg)] = pool[:n], pool[n:]
+        if len(hosts) < n:
+            ctx = _worker_context(cfg)
+            hosts += [_ProcessHost(cfg, ctx) for _ in range(n - len(hosts))]
+        return hosts
+
+    @classmethod
+    def give_back(cls, cfg: RunConfig, hosts: list[_ProcessHost], keep_at_most: int = 8) -> None:
+        pool = cls._pools.setdefault(cls.key(cfg), [])
+        pool.extend(hosts)
+        while len(pool) > keep_at_most:
+            pool.pop(0).close()
+
+    @classmethod
+    def close_all(cls) -> None:
+        for hosts in cls._pools.values():
+            for h in hosts:
+                h.close()
+        cls._pools.clear()
+
+
+atexit.register(WorkerPool.close_all)
 
 
 # ---------------------------------------------------------------------------------------------- main side
@@ -303,82 +378,128 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
         if episode_key(*g) in writer.pending:
             done[i] = writer.pending[episode_key(*g)]
     queue = deque(i for i in range(len(todo)) if i not in done)
-    n_slots = max(1, cfg.workers) * cfg.envs_per_worker
-    hosts: list[Any] = []
     stats = {"episodes": 0, "successes": 0, "steps": 0, "teacher_calls": 0, "cost": 0.0}
     bar = None
     if cfg.progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(grid), initial=len(grid) - len(queue), desc=f"{name} on {cfg.env_id}", unit="ep")
-    flushed = 0
+    flushed = [0]
+
+    def next_episode() -> _Episode | None:
+        return _start(todo, queue.popleft()) if queue else None
+
+    def on_finish(record: dict[str, Any], index: int) -> None:
+        writer.add_pending(record)  # journaled at once: a crash loses only episodes still in flight
+        done[index] = record
+        _count(stats, record)
+        if bar is not None:
+            bar.update(1)
+        flushed[0] = _flush(writer, done, flushed[0], len(todo), cfg.shard_episodes)
+
+    hosts: list[Any] = []
+    worker_cpu: list[float] = []
+    clean_exit = False
     try:
-        if queue:
-            if cfg.workers == 0:
-                hosts = [_LocalHost(cfg)]
+        if queue and cfg.workers == 0:
+            _drive([_LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps))], policy, next_episode,
+                   on_finish, cfg, name, benchmark, max_steps)
+        elif queue:
+            hosts = WorkerPool.take(cfg, min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))
+            cpu0 = [h.cpu_seconds() for h in hosts]
+            if cfg.policy_in_workers:
+                _run_policy_in_workers(hosts, policy, cfg, name, benchmark, max_steps, next_episode, on_finish)
             else:
-                mpctx = _worker_context(cfg)
-                hosts = [_ProcessHost(cfg, mpctx) for _ in range(min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))]
-        live: dict[tuple[int, int], _Episode] = {}
-        outbox: dict[int, list[tuple]] = {h: [] for h in range(len(hosts))}
-        per_host = cfg.envs_per_worker if cfg.workers else n_slots
-        for h in range(len(hosts)):
-            for s in range(per_host):
-                if queue:
-                    ep = _start(todo, queue.popleft())
-                    live[(h, s)] = ep
-                    outbox[h].append(("reset", s, ep.task_id, ep.z))
-        busy = set()
+                _drive(hosts, policy, next_episode, on_finish, cfg, name, benchmark, max_steps)
+            worker_cpu = [h.cpu_seconds() - c for h, c in zip(hosts, cpu0)]
+        _flush(writer, done, flushed[0], len(todo), cfg.shard_episodes, final=True)
+        clean_exit = True
+    finally:
+        if hosts and clean_exit and cfg.keep_workers:
+            WorkerPool.give_back(cfg, hosts)
+        else:  # after an error a worker may still owe us a reply: never reuse it
+            for host in hosts:
+                host.close()
+        if bar is not None:
+            bar.close()
+    return RunSummary(cfg.out_dir, stats["episodes"], len(grid) - len(todo), stats["successes"], stats["steps"],
+                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start, tuple(worker_cpu))
+
+
+def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, benchmark: str,
+           max_steps: int | None) -> None:
+    """Step every slot of ``hosts`` until ``next_episode`` runs dry, batching policy calls over ready hosts."""
+    live: dict[tuple[int, int], _Episode] = {}
+    per_host = cfg.envs_per_worker
+    outbox: dict[int, list[tuple]] = {h: [] for h in range(len(hosts))}
+    for h in range(len(hosts)):
+        for slot in range(per_host):
+            if (ep := next_episode()) is not None:
+                live[(h, slot)] = ep
+                outbox[h].append(("reset", slot, ep.task_id, ep.z))
+    busy = set()
+    for h, cmds in outbox.items():
+        if cmds:
+            hosts[h].send(cmds)
+            busy.add(h)
+    while busy:
+        ready = _wait(hosts, busy)
+        to_act: list[tuple[int, int]] = []
+        outbox = {h: [] for h in ready}
+        for h in ready:
+            busy.discard(h)
+            for slot, obs, reward, term, trunc, info, error in hosts[h].recv():
+                ep = live[(h, slot)]
+                if not _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark):
+                    to_act.append((h, slot))
+                    continue
+                policy.end_episodes([ep.episode_id])
+                on_finish(_finish(ep, cfg, benchmark, name, error), ep.index)
+                if (nxt := next_episode()) is not None:
+                    live[(h, slot)] = nxt
+                    outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
+                else:
+                    del live[(h, slot)]
+        if to_act:
+            eps = [live[k] for k in to_act]
+            infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
+            decisions = policy.act_batch([e.ctx for e in eps], infos)
+            if len(decisions) != len(eps):
+                raise RuntimeError(f"{name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
+            for (h, slot), ep, d in zip(to_act, eps, decisions):
+                ep.decision = d
+                outbox[h].append(("step", slot, d.action))
         for h, cmds in outbox.items():
             if cmds:
                 hosts[h].send(cmds)
                 busy.add(h)
-        while busy:
-            ready = _wait(hosts, busy)
-            to_act: list[tuple[int, int]] = []
-            outbox = {h: [] for h in ready}
-            for h in ready:
-                busy.discard(h)
-                for slot, obs, reward, term, trunc, info, error in hosts[h].recv():
-                    ep = live[(h, slot)]
-                    finished = _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark)
-                    if not finished:
-                        to_act.append((h, slot))
-                        continue
-                    record = _finish(ep, cfg, benchmark, name, error)
-                    writer.add_pending(record)
-                    policy.end_episodes([ep.episode_id])
-                    done[ep.index] = record
-                    _count(stats, record)
-                    if bar is not None:
-                        bar.update(1)
-                    if queue:
-                        nxt = _start(todo, queue.popleft())
-                        live[(h, slot)] = nxt
-                        outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
-                    else:
-                        del live[(h, slot)]
-            if to_act:
-                eps = [live[k] for k in to_act]
-                infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
-                decisions = policy.act_batch([e.ctx for e in eps], infos)
-                if len(decisions) != len(eps):
-                    raise RuntimeError(f"{name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
-                for (h, slot), ep, d in zip(to_act, eps, decisions):
-                    ep.decision = d
-                    outbox[h].append(("step", slot, d.action))
-            for h, cmds in outbox.items():
-                if cmds:
-                    hosts[h].send(cmds)
-                    busy.add(h)
-            flushed = _flush(writer, done, flushed, len(todo), cfg.shard_episodes)
-        flushed = _flush(writer, done, flushed, len(todo), cfg.shard_episodes, final=True)
-    finally:
-        for host in hosts:
-            host.close()
-        if bar is not None:
-            bar.close()
-    return RunSummary(cfg.out_dir, stats["episodes"], len(grid) - len(todo), stats["successes"], stats["steps"],
-                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start)
+
+
+def _run_policy_in_workers(hosts: list[_ProcessHost], policy, cfg: RunConfig, name: str, benchmark: str,
+                           max_steps: int | None, next_episode, on_finish) -> None:
+    """``policy_in_workers``: each worker drives whole episodes with its own copy of the policy and asks
+    for the next episode when a slot frees; the main process only hands out episodes and writes shards."""
+    import pickle
+    from multiprocessing.connection import wait
+
+    try:
+        pickle.dumps(policy)
+    except Exception as e:  # noqa: BLE001 - lambdas, open clients, ...
+        raise ValueError(f"policy_in_workers needs a picklable policy; {name} is not ({e}). Use "
+                         "policy_in_workers=False to keep the policy in the main process") from e
+    conns = {}
+    for h in hosts:
+        h.send(("drive", policy, cfg, name, benchmark, max_steps))
+        conns[h.conn] = h
+    while conns:
+        for conn in wait(list(conns)):
+            msg = conns[conn].recv()
+            if msg[0] == "next":
+                ep = next_episode()
+                conn.send(None if ep is None else (ep.index, ep.task_id, ep.z))
+            elif msg[0] == "done":
+                on_finish(msg[2], msg[1])
+            else:  # "end"
+                del conns[conn]
 
 
 # Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
