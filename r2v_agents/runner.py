@@ -1,13 +1,15 @@
 """The shared rollout runner: any policy, any registered env and wrapper stack, a grid of tasks x seeds.
 
-Design. The policy lives in the main process; environments live in ``workers`` subprocesses (forked from a
-fork server that preloaded the engine, one thread each), each hosting ``envs_per_worker`` env slots (``workers=0`` steps the envs in-process). The main
-loop waits for whichever workers have results, calls ``policy.act_batch`` once on every live context of
-those workers (so an SLM batches across envs, and a cheap policy never stalls the other worker), and sends
-the actions back. Each episode (task_id, z) runs on ``gym.make(env_id, seed=z, ...)`` reset with
-``options={"task_id": task_id, "episode_index": 0}``: its perturbation stream depends on (z, task) only, not
-on which worker or slot runs it, so logs are identical across worker counts. Envs are reused per worker for
-the same z (reset reloads the task).
+Design. The policy lives in the main process; environments live in ``workers`` subprocesses (one thread
+each, see :mod:`r2v_agents.workers`), each hosting ``envs_per_worker`` env slots (``workers=0`` steps them
+in-process). The main loop waits for whichever workers have results, calls ``policy.act_batch`` once on
+every live context of those workers (an SLM batches across envs; a cheap policy never stalls the other
+worker) and sends the actions back. With ``policy_in_workers=True`` each worker instead gets a copy of a
+picklable policy and runs whole episodes, with no round trip per step. Each episode (task_id, z) runs on
+``gym.make(env_id, seed=z, ...)`` reset with ``options={"task_id": task_id, "episode_index": 0}``: its
+perturbation stream depends on (z, task) only, not on the worker or slot that runs it, so logs are identical
+across worker counts. Envs are reused per worker for the same z (reset reloads the task), and workers are
+kept warm between runs with the same env setting.
 
 Logging (see :mod:`r2v_agents.shards`): per step the context (goal, observation, action history, admissible
 actions, perturbation events), the decision (action, source, candidates with log-probs/entropies/verifier
@@ -31,7 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import time
@@ -43,6 +44,7 @@ from typing import Any
 from r2v_agents.context import Context
 from r2v_agents.policy import Decision, as_policy, visible_info
 from r2v_agents.shards import ShardWriter, write_json_atomic
+from r2v_agents.workers import EnvSlots, LocalHost, ProcessHost, WorkerPool, wait_ready
 
 TEACHER_SOURCES = ("teacher", "oracle")
 
@@ -105,210 +107,6 @@ class RunSummary:
     @property
     def success_rate(self) -> float:
         return self.successes / self.episodes if self.episodes else float("nan")
-
-
-# ------------------------------------------------------------------------------------------------ env side
-def _jsonable(v: Any) -> bool:
-    if v is None or isinstance(v, (str, int, float, bool)):
-        return True
-    if isinstance(v, (list, tuple)):
-        return all(_jsonable(x) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _jsonable(x) for k, x in v.items())
-    return False
-
-
-def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.items() if _jsonable(v)}
-
-
-class EnvSlots:
-    """The env side of the runner (in a worker or in-process): slots that reset and step on command."""
-
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None, idle_cap: int = 4):
-        self.env_id, self.env_kwargs, self.max_steps, self.idle_cap = env_id, dict(env_kwargs), max_steps, idle_cap
-        self.active: dict[int, tuple[int, Any]] = {}
-        self.idle: dict[int, list[Any]] = {}
-
-    def _env_for(self, slot: int, z: int):
-        import gymnasium as gym
-
-        old = self.active.pop(slot, None)
-        if old is not None:
-            self.idle.setdefault(old[0], []).append(old[1])
-        pool = self.idle.get(z)
-        if pool:
-            env = pool.pop()
-        else:
-            kw = dict(self.env_kwargs)
-            if self.max_steps is not None:
-                kw["max_episode_steps"] = self.max_steps
-            env = gym.make(self.env_id, seed=z, **kw)
-        while sum(map(len, self.idle.values())) > self.idle_cap:
-            z_old = next(k for k, v in self.idle.items() if v)
-            self.idle[z_old].pop(0).close()
-        self.active[slot] = (z, env)
-        return env
-
-    def handle(self, cmds: list[tuple]) -> list[tuple]:
-        """``("reset", slot, task_id, z)`` or ``("step", slot, action)`` -> (slot, obs, reward, terminated,
-        truncated, info, error). An env error ends the episode with ``error`` set instead of crashing."""
-        out = []
-        for cmd in cmds:
-            slot = cmd[1]
-            try:
-                if cmd[0] == "reset":
-                    obs, info = self._env_for(slot, cmd[3]).reset(
-                        options={"task_id": cmd[2], "episode_index": 0})
-                    out.append((slot, obs, 0.0, False, False, _clean_info(info), None))
-                else:
-                    obs, r, term, trunc, info = self.active[slot][1].step(cmd[2])
-                    out.append((slot, obs, float(r), bool(term), bool(trunc), _clean_info(info), None))
-            except Exception as e:  # noqa: BLE001 - recorded in the episode row, the run goes on
-                self.active.pop(slot, None)
-                out.append((slot, "", 0.0, True, False, {}, f"{type(e).__name__}: {e}"))
-        return out
-
-    def close(self) -> None:
-        for _, env in self.active.values():
-            env.close()
-        for pool in self.idle.values():
-            for env in pool:
-                env.close()
-
-
-def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...]) -> None:
-    """An env worker. Messages: a list of reset/step commands (answered with results), ``"cpu"`` (answered
-    with its CPU seconds), ``("drive", policy, cfg, name, benchmark, max_steps)`` (run whole episodes with
-    this copy of the policy, asking the parent for episodes) and ``None`` (exit)."""
-    os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
-    import importlib
-    import sys
-
-    import r2v_envs  # noqa: F401 - registers the envs
-
-    for module in imports:
-        importlib.import_module(module)
-    slots = EnvSlots(env_id, env_kwargs, max_steps)
-    try:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):  # parent gone (e.g. SIGKILL): exit quietly
-                break
-            if msg is None:
-                break
-            if msg == "cpu":  # CPU seconds this worker spent (the runner reports utilisation)
-                conn.send(time.process_time())
-            elif isinstance(msg, tuple) and msg[0] == "drive":
-                if "torch" in sys.modules:
-                    sys.modules["torch"].set_num_threads(1)
-                _drive_in_worker(conn, slots, *msg[1:])
-            else:
-                conn.send(slots.handle(msg))
-    finally:
-        slots.close()
-
-
-def _drive_in_worker(conn, slots: EnvSlots, policy, cfg: RunConfig, name: str, benchmark: str,
-                     max_steps: int | None) -> None:
-    def next_episode() -> _Episode | None:
-        conn.send(("next",))
-        job = conn.recv()
-        return None if job is None else _Episode(job[0], episode_key(job[1], job[2]), job[1], job[2])
-
-    _drive([_LocalHost(slots)], policy, next_episode, lambda rec, idx: conn.send(("done", idx, rec)), cfg, name,
-           benchmark, max_steps)
-    conn.send(("end",))
-
-
-class _LocalHost:
-    def __init__(self, slots: EnvSlots):
-        self.slots = slots
-        self.results: list[tuple] | None = None
-
-    def send(self, cmds):
-        self.results = self.slots.handle(cmds)
-
-    def recv(self):
-        out, self.results = self.results, None
-        return out
-
-    def close(self):
-        self.slots.close()
-
-
-class _ProcessHost:
-    def __init__(self, cfg: RunConfig, ctx):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, daemon=True,
-                                args=(child, cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.imports))
-        self.proc.start()
-        child.close()
-
-    def send(self, cmds):
-        self.conn.send(cmds)
-
-    def recv(self):
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError) as e:
-            self.proc.join(timeout=1)
-            raise RuntimeError(f"env worker {self.proc.pid} died (exit code {self.proc.exitcode}); scripts that "
-                               "run workers need an `if __name__ == '__main__':` guard (spawned workers "
-                               "re-import the main module)") from e
-
-    def cpu_seconds(self) -> float:
-        self.send("cpu")
-        return float(self.recv())
-
-    def close(self):
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-
-
-class WorkerPool:
-    """Env workers kept alive between :func:`run` calls with the same env setting (``keep_workers=True``):
-    a warm worker has its engine's caches filled (TextWorld parses each game family's logic once per process,
-    ~0.2-0.3 s) and its envs open. Closed at interpreter exit, or with :meth:`close_all`."""
-
-    _pools: dict[str, list[_ProcessHost]] = {}
-
-    @staticmethod
-    def key(cfg: RunConfig) -> str:
-        return json.dumps([cfg.env_id, cfg.env_kwargs, cfg.max_steps, list(cfg.imports)], sort_keys=True,
-                          default=str)
-
-    @classmethod
-    def take(cls, cfg: RunConfig, n: int) -> list[_ProcessHost]:
-        pool = [h for h in cls._pools.pop(cls.key(cfg), []) if h.proc.is_alive()]
-        hosts, cls._pools[cls.key(cfg)] = pool[:n], pool[n:]
-        if len(hosts) < n:
-            ctx = _worker_context(cfg)
-            hosts += [_ProcessHost(cfg, ctx) for _ in range(n - len(hosts))]
-        return hosts
-
-    @classmethod
-    def give_back(cls, cfg: RunConfig, hosts: list[_ProcessHost], keep_at_most: int = 8) -> None:
-        pool = cls._pools.setdefault(cls.key(cfg), [])
-        pool.extend(hosts)
-        while len(pool) > keep_at_most:
-            pool.pop(0).close()
-
-    @classmethod
-    def close_all(cls) -> None:
-        for hosts in cls._pools.values():
-            for h in hosts:
-                h.close()
-        cls._pools.clear()
-
-
-atexit.register(WorkerPool.close_all)
 
 
 # ---------------------------------------------------------------------------------------------- main side
@@ -401,7 +199,7 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
     clean_exit = False
     try:
         if queue and cfg.workers == 0:
-            _drive([_LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps))], policy, next_episode,
+            _drive([LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps))], policy, next_episode,
                    on_finish, cfg, name, benchmark, max_steps)
         elif queue:
             hosts = WorkerPool.take(cfg, min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))
@@ -442,7 +240,7 @@ def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, be
             hosts[h].send(cmds)
             busy.add(h)
     while busy:
-        ready = _wait(hosts, busy)
+        ready = wait_ready(hosts, busy)
         to_act: list[tuple[int, int]] = []
         outbox = {h: [] for h in ready}
         for h in ready:
@@ -474,7 +272,7 @@ def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, be
                 busy.add(h)
 
 
-def _run_policy_in_workers(hosts: list[_ProcessHost], policy, cfg: RunConfig, name: str, benchmark: str,
+def _run_policy_in_workers(hosts: list[ProcessHost], policy, cfg: RunConfig, name: str, benchmark: str,
                            max_steps: int | None, next_episode, on_finish) -> None:
     """``policy_in_workers``: each worker drives whole episodes with its own copy of the policy and asks
     for the next episode when a slot frees; the main process only hands out episodes and writes shards."""
@@ -500,40 +298,6 @@ def _run_policy_in_workers(hosts: list[_ProcessHost], policy, cfg: RunConfig, na
                 on_finish(msg[2], msg[1])
             else:  # "end"
                 del conns[conn]
-
-
-# Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
-ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld")}
-
-
-def _worker_context(cfg: RunConfig):
-    """A ``forkserver`` context whose server has imported the env's modules once: a worker then starts in
-    milliseconds instead of re-importing TextWorld (~1 s each), and never inherits the main process's threads
-    (torch, tokenizers) as a plain fork would. Falls back to ``spawn`` where forkserver is unavailable."""
-    import multiprocessing as mp
-
-    import gymnasium as gym
-
-    try:
-        ctx = mp.get_context("forkserver")
-    except ValueError:  # pragma: no cover - e.g. Windows
-        return mp.get_context("spawn")
-    entry = gym.spec(cfg.env_id).entry_point
-    modules = ["r2v_envs", *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
-    if isinstance(entry, str):
-        modules.insert(1, entry.split(":")[0])
-    ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts
-    return ctx
-
-
-def _wait(hosts, busy: set[int]) -> list[int]:
-    from multiprocessing.connection import wait
-
-    local = [h for h in busy if isinstance(hosts[h], _LocalHost)]
-    if local:
-        return sorted(local)
-    conns = {hosts[h].conn: h for h in busy}
-    return sorted(conns[c] for c in wait(list(conns)))
 
 
 def _start(todo, index: int) -> _Episode:
