@@ -79,6 +79,9 @@ class RunConfig:
     should batch across all envs in one process."""
     shard_episodes: int = 64
     """Episodes per shard file."""
+    wrappers: tuple[str, ...] = ()
+    """Extra ``gym.Wrapper``s as import paths ``"module:Class"`` (each called with the env), applied in order
+    on top of the registered stack (which ``env_kwargs["perturbations"]`` configures)."""
     imports: tuple[str, ...] = ()
     """Modules the workers import before ``gym.make`` (to register third-party envs)."""
     progress: bool = True
@@ -199,8 +202,8 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
     clean_exit = False
     try:
         if queue and cfg.workers == 0:
-            _drive([LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps))], policy, next_episode,
-                   on_finish, cfg, name, benchmark, max_steps)
+            host = LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.wrappers))
+            _drive([host], policy, next_episode, on_finish, cfg, name, benchmark, max_steps)
         elif queue:
             hosts = WorkerPool.take(cfg, min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))
             cpu0 = [h.cpu_seconds() for h in hosts]
@@ -374,6 +377,7 @@ def _check_manifest(cfg: RunConfig, policy_name: str, benchmark: str, max_steps:
     """Record what this run directory holds; refuse to resume it with a different env setting."""
     path = os.path.join(cfg.out_dir, "run.json")
     setting = {"env_id": cfg.env_id, "env_kwargs": json.loads(json.dumps(cfg.env_kwargs, default=str)),
+               "wrappers": list(cfg.wrappers),
                "max_steps": max_steps, "benchmark": benchmark, "policy": policy_name}
     if os.path.exists(path):
         with open(path) as fh:

@@ -36,8 +36,10 @@ def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
 class EnvSlots:
     """The env side of the runner (in a worker or in-process): slots that reset and step on command."""
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None, idle_cap: int = 4):
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None,
+                 wrappers: tuple[str, ...] = (), idle_cap: int = 4):
         self.env_id, self.env_kwargs, self.max_steps, self.idle_cap = env_id, dict(env_kwargs), max_steps, idle_cap
+        self.wrappers = tuple(wrappers)
         self.active: dict[int, tuple[int, Any]] = {}
         self.idle: dict[int, list[Any]] = {}
 
@@ -55,6 +57,8 @@ class EnvSlots:
             if self.max_steps is not None:
                 kw["max_episode_steps"] = self.max_steps
             env = gym.make(self.env_id, seed=z, **kw)
+            for path in self.wrappers:  # extra wrappers on top of the registered stack, innermost first
+                env = load_callable(path)(env)
         while sum(map(len, self.idle.values())) > self.idle_cap:
             z_old = next(k for k, v in self.idle.items() if v)
             self.idle[z_old].pop(0).close()
@@ -88,7 +92,18 @@ class EnvSlots:
                 env.close()
 
 
-def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...]) -> None:
+def load_callable(path: str) -> Any:
+    """``"package.module:name"`` -> the object (wrappers are named by import path so workers can build them)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"expected 'module:callable', got {path!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...],
+                 wrappers: tuple[str, ...] = ()) -> None:
     """An env worker. Messages: a list of reset/step commands (answered with results), ``"cpu"`` (answered
     with its CPU seconds), ``("drive", policy, cfg, name, benchmark, max_steps)`` (run whole episodes with
     this copy of the policy, asking the parent for episodes) and ``None`` (exit)."""
@@ -100,7 +115,7 @@ def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imp
 
     for module in imports:
         importlib.import_module(module)
-    slots = EnvSlots(env_id, env_kwargs, max_steps)
+    slots = EnvSlots(env_id, env_kwargs, max_steps, wrappers)
     try:
         while True:
             try:
@@ -155,7 +170,7 @@ class ProcessHost:
     def __init__(self, cfg: RunConfig, ctx):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, daemon=True,
-                                args=(child, cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.imports))
+                                args=(child, cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.imports, cfg.wrappers))
         self.proc.start()
         child.close()
 
@@ -194,7 +209,8 @@ class WorkerPool:
 
     @staticmethod
     def key(cfg: RunConfig) -> str:
-        return json.dumps([cfg.env_id, cfg.env_kwargs, cfg.max_steps, list(cfg.imports)], sort_keys=True,
+        return json.dumps([cfg.env_id, cfg.env_kwargs, cfg.max_steps, list(cfg.imports), list(cfg.wrappers)],
+                          sort_keys=True,
                           default=str)
 
     @classmethod

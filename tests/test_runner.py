@@ -123,6 +123,25 @@ def test_policy_in_workers_needs_a_picklable_policy(tmp_path):
         run(lambda obs, info: "look", config(tmp_path, workers=1, policy_in_workers=True))
 
 
+class ShoutObservations:
+    """A user wrapper named by import path (RunConfig.wrappers)."""
+
+    def __new__(cls, env):
+        import gymnasium as gym
+
+        class Shout(gym.ObservationWrapper):
+            def observation(self, obs):
+                return obs.upper()
+        return Shout(env)
+
+
+def test_extra_wrappers_by_import_path(tmp_path):
+    run(OracleTeacher(), config(tmp_path, task_ids=TASKS[:1], seeds=(0,), workers=1, envs_per_worker=1,
+                                wrappers=("tests.test_runner:ShoutObservations",)))
+    steps = load_rows(tmp_path, "steps")
+    assert steps and all(r["observation"] == r["observation"].upper() for r in steps)
+
+
 def test_unknown_task_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="did you mean"):
         run(OracleTeacher(), config(tmp_path, task_ids=("scripted-O",)))
