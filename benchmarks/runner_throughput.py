@@ -85,6 +85,28 @@ def with_runner(args: Args, tasks: list[str], workers: int, in_workers: bool = F
         shutil.rmtree(out, ignore_errors=True)
 
 
+def _burn(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+
+def parallel_control(n: int = 4_000_000) -> float:
+    """Speedup two pure-CPU processes get over one right now: the ceiling for any 2-worker wall ratio."""
+    import multiprocessing as mp
+
+    t0 = time.perf_counter()
+    _burn(n)
+    _burn(n)
+    serial = time.perf_counter() - t0
+    with mp.get_context("spawn").Pool(2) as pool:
+        pool.map(_burn, [10, 10])  # start-up outside the timing
+        t0 = time.perf_counter()
+        pool.map(_burn, [n, n])
+        return serial / (time.perf_counter() - t0)
+
+
 def main(args: Args) -> None:
     from r2v_envs.textworld.generate import ensure_game
     from r2v_envs.textworld.suite import get_suite
@@ -102,7 +124,9 @@ def main(args: Args) -> None:
     busiest: dict[str, list[float]] = {k: [] for k in variants}  # CPU s of the busiest process
     total_cpu: dict[str, list[float]] = {k: [] for k in variants}
     steps: dict[str, int] = {}
+    controls = []
     for _ in range(args.rounds):
+        controls.append(parallel_control())
         for name, fn in variants.items():
             t0, c0 = time.perf_counter(), time.process_time()
             steps[name], worker_cpu = fn()
@@ -122,7 +146,10 @@ def main(args: Args) -> None:
               f"{cpu_sum[k]:>8.2f}{cpu_max[k]:>9.2f}{cpu_sum['bare'] / cpu_max[k]:>10.2f}x")
     print("CPU s: all processes; busiest: CPU s of the busiest process; CPU-bound: bare CPU / busiest, the speedup "
           "a quiet machine with one core per process allows (wall ratios under load understate it)")
-    print(f"runner overhead (in-process vs bare): {100 * (med['runner-inproc'] / med['bare'] - 1):+.1f}%")
+    print(f"control: two pure-CPU processes ran {statistics.median(controls):.2f}x faster than one "
+          f"(the ceiling for 2-worker wall ratios on this machine right now)")
+    print(f"runner overhead (in-process vs bare): wall {100 * (med['runner-inproc'] / med['bare'] - 1):+.1f}%, "
+          f"CPU {100 * (cpu_sum['runner-inproc'] / cpu_sum['bare'] - 1):+.1f}%")
     for sfx, label in (("", "policy in main"), ("-pw", "policy in workers")):
         print(f"{label}: 2 workers vs 1 worker {med['runner-1w' + sfx] / med['runner-2w' + sfx]:.2f}x, "
               f"2 workers vs bare loop {med['bare'] / med['runner-2w' + sfx]:.2f}x")
