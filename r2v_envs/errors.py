@@ -47,3 +47,7 @@ class BackendUnavailableError(R2VError, ImportError):
 
 class GameGenerationError(R2VError, RuntimeError):
     """A benchmark game could not be generated or compiled."""
+
+
+class FeatureSpecError(R2VError, ValueError):
+    """Router features whose names, order, count or normalisation do not match what the router was trained on."""

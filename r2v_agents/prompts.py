@@ -1,0 +1,91 @@
+"""The one prompt builder: a :class:`Context` becomes the SLM prompt, for training (SFT/DPO) and inference alike.
+
+A prompt ends with ``"Action:"`` and the completion is the action with a leading space and nothing after it
+(the trainer or sampler adds EOS). Ending the prompt on that boundary keeps TRL's prompt/completion
+tokenisation consistent (NOTES.md, TRL pitfall 4). Prompts are trimmed *here*, oldest history first, so a
+long episode never pushes the completion out of the model's window (TRL pitfall 3).
+
+Example:
+    >>> from r2v_agents.context import Context
+    >>> ctx = Context.start("Take the coin.", "You are in room 0.", {"admissible_actions": ["go east", "look"]})
+    >>> ctx = ctx.advance("go east", "You see a coin.", 0.0, {"admissible_actions": ["take coin"]})
+    >>> print(build_prompt(ctx))
+    Goal: Take the coin.
+    Admissible actions: take coin
+    History:
+    > go east
+    Observation:
+    You see a coin.
+    Action:
+    >>> format_completion("take coin"), parse_completion(" take coin\\nmore text")
+    (' take coin', 'take coin')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from r2v_agents.context import Context
+
+PROMPT_VERSION = "r2v-prompt-v1"
+ACTION_TAG = "Action:"
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    """How much of the context goes into the prompt."""
+
+    history_turns: int = 5
+    """Most recent (action, observation) turns kept (older turns are dropped first when trimming)."""
+    history_obs_chars: int = 200
+    """Characters of each past observation kept (0 keeps actions only)."""
+    max_obs_chars: int = 1500
+    """Characters of the current observation kept (its end is kept: the newest text matters most)."""
+    max_admissible: int = 40
+    """Admissible actions listed at most (None/absent lists are omitted)."""
+    max_chars: int = 4000
+    """Hard budget for the whole prompt; this is also the normaliser of the context-length feature."""
+
+
+DEFAULT_PROMPT = PromptConfig()
+
+
+def _tail(text: str, n: int) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "..." + text[len(text) - n:]
+
+
+def build_prompt(ctx: Context, config: PromptConfig = DEFAULT_PROMPT) -> str:
+    """The model prompt for context ``ctx`` (goal, admissible actions, recent history, observation)."""
+    head = [f"Goal: {ctx.goal.strip()}"]
+    if ctx.admissible_actions:
+        head.append("Admissible actions: " + " | ".join(ctx.admissible_actions[:config.max_admissible]))
+    tail = ["Observation:", _tail(ctx.observation, config.max_obs_chars), ACTION_TAG]
+    turns = list(ctx.history[-config.history_turns:]) if config.history_turns > 0 else []
+    # The latest turn's observation is the current observation: show its action only.
+    history = [[f"> {t.action}"] + ([_tail(t.observation, config.history_obs_chars)]
+                                    if config.history_obs_chars > 0 and i < len(turns) - 1 else [])
+               for i, t in enumerate(turns)]
+    while True:
+        body = head + (["History:"] + [line for turn in history for line in turn] if history else []) + tail
+        prompt = "\n".join(body)
+        if len(prompt) <= config.max_chars or not history:
+            break
+        history.pop(0)
+    if len(prompt) > config.max_chars:  # still too long: keep the end (observation + tag) of the prompt
+        prompt = _tail(prompt, config.max_chars - 3)
+    return prompt
+
+
+def format_completion(action: str) -> str:
+    """The training completion for ``action``: one leading space, one line."""
+    return " " + " ".join(action.split())
+
+
+def parse_completion(text: str) -> str:
+    """The action in a generated completion: its first non-empty line, whitespace-normalised."""
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line.removeprefix(ACTION_TAG).strip().strip("`'\"").strip()
+    return ""

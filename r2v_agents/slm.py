@@ -1,0 +1,79 @@
+"""The SLM policy: K sampled candidates -> verifier scores -> best candidate, with the risk features f_t.
+
+This is lines 3-5 of Algorithm 2; run alone (``SLMPolicy``) it is the SLM-only baseline whose rollouts
+give the router its training data, and :class:`r2v_agents.routed.RoutedPolicy` wraps it.
+
+Example:
+    >>> from r2v_agents.context import Context
+    >>> from r2v_agents.policy import Candidate
+    >>> from r2v_agents.verifiers.textworld import TextWorldVerifier
+    >>> class Fixed:   # a stand-in sampler: the same two candidates every time
+    ...     def sample(self, prompts, k):
+    ...         return [[Candidate("look", -0.5), Candidate("take coin", -2.0)] for _ in prompts]
+    >>> slm = SLMPolicy(Fixed(), TextWorldVerifier(), k=2)
+    >>> d = slm.act_batch([Context.start("Take the coin.", "You see a coin.", {})], [{}])[0]
+    >>> d.action, d.source, len(d.features)
+    ('take coin', 'slm', 15)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from r2v_agents.context import Context
+from r2v_agents.features import compute_features
+from r2v_agents.policy import BatchPolicy, Candidate, Decision
+from r2v_agents.prompts import DEFAULT_PROMPT, PromptConfig, build_prompt
+from r2v_agents.samplers import Sampler
+from r2v_agents.teachers import fallback_action
+from r2v_agents.verifiers.base import Verifier, clamp
+
+
+def best_candidate(cands: Sequence[Candidate]) -> Candidate | None:
+    """argmax_k verifier score (ties: higher mean token log-prob, then first sampled); no verifier: log-prob."""
+    usable = [c for c in cands if c.action]
+    if not usable:
+        return None
+
+    def key(ic):
+        i, c = ic
+        lp = c.mean_logprob
+        return (c.verifier_score if c.verifier_score is not None else 0.0,
+                lp if lp is not None else float("-inf"), -i)
+    return max(enumerate(usable), key=key)[1]
+
+
+class SLMPolicy(BatchPolicy):
+    """Samples ``k`` candidates per context, scores them with ``verifier`` and acts with the best one."""
+
+    name = "slm"
+
+    def __init__(self, sampler: Sampler, verifier: Verifier | None = None, k: int = 5,
+                 prompt_config: PromptConfig = DEFAULT_PROMPT, feature_variant: str = "full"):
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        self.sampler, self.verifier, self.k = sampler, verifier, k
+        self.prompt_config, self.feature_variant = prompt_config, feature_variant
+
+    def propose(self, contexts: Sequence[Context]) -> list[list[Candidate]]:
+        """K scored candidates per context (one sampler call for the whole batch)."""
+        prompts = [build_prompt(c, self.prompt_config) for c in contexts]
+        batches = self.sampler.sample(prompts, self.k)
+        if self.verifier is not None:
+            for ctx, cands in zip(contexts, batches):
+                for c, s in zip(cands, self.verifier.score_batch(ctx, [c.action for c in cands])):
+                    c.verifier_score = clamp(s)
+        return batches
+
+    def act_batch(self, contexts, infos):
+        out = []
+        for ctx, cands in zip(contexts, self.propose(contexts)):
+            best = best_candidate(cands)
+            feats = compute_features(ctx, cands, variant=self.feature_variant)
+            if best is None:  # the model produced no usable action
+                out.append(Decision(action=fallback_action(ctx), source="slm", candidates=list(cands),
+                                    features=feats, meta={"fallback": True}))
+            else:
+                out.append(Decision(action=best.action, source="slm", candidates=list(cands),
+                                    verifier_score=best.verifier_score, features=feats))
+        return out

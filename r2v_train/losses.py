@@ -1,0 +1,145 @@
+"""Pure loss functions of the R2V router and the consistency regulariser (Sec. 3.1-4.1, Eq. 6 and 8-11).
+
+Every function takes and returns torch tensors and has no state; the training loops in ``router_train.py`` and
+``dpo_consistency.py`` compose them. torch is imported inside the functions so that this module imports without
+the ``train`` extra.
+
+Example:
+    >>> import torch
+    >>> p, y = torch.tensor([0.2, 0.9]), torch.tensor([0.0, 1.0])
+    >>> routing_surrogate(p, y, c_slm=0.02, c_llm=1.0, kappa=1.96)
+    tensor([0.2160, 1.0980])
+    >>> float(brier(p, y))
+    0.025...
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def routing_surrogate(p: torch.Tensor, y: torch.Tensor, c_slm: float, c_llm: float, kappa: float) -> torch.Tensor:
+    """Per-step cost-sensitive routing loss, Eq. 8: c_SLM (1-p) + c_LLM p + kappa y (1-p).
+
+    ``p`` is the soft escalation probability, ``y`` the episode-failure label (1 = the SLM episode failed).
+    Works elementwise, so ``p`` may also be a hard decision d in {0, 1} (Assumption 3).
+    """
+    if not c_slm < c_llm or kappa <= 0:
+        raise ValueError(f"Eq. 8 needs c_slm < c_llm and kappa > 0; got c_slm={c_slm}, c_llm={c_llm}, kappa={kappa}")
+    y = y.to(p.dtype)
+    return c_slm * (1 - p) + c_llm * p + kappa * y * (1 - p)
+
+
+def brier(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Brier calibration loss, Eq. 9: mean of (p - y)^2. Its population minimiser is q*(f) (Theorem 1)."""
+    return ((p - y.to(p.dtype)) ** 2).mean()
+
+
+def seed_risk(step_loss: torch.Tensor, seed_index: torch.Tensor, num_seeds: int | None = None) -> torch.Tensor:
+    """Seed-level risk, Eq. 10: the mean step loss over each seed's steps, one value per seed.
+
+    ``seed_index`` holds contiguous ids 0..num_seeds-1 (one scatter-add, no Python loop). With ``num_seeds=None``
+    any integer ids are accepted and renumbered in sorted order; seeds with no steps would be 0/0, so pass
+    ``num_seeds`` only when every id in range occurs.
+
+    Example:
+        >>> import torch
+        >>> seed_risk(torch.tensor([1.0, 3.0, 10.0]), torch.tensor([7, 7, 2]))
+        tensor([10.,  2.])
+    """
+    import torch
+
+    if step_loss.shape != seed_index.shape or step_loss.dim() != 1:
+        raise ValueError(f"step_loss and seed_index must be 1-D of equal length; got {tuple(step_loss.shape)} "
+                         f"and {tuple(seed_index.shape)}")
+    if num_seeds is None:
+        _, seed_index = torch.unique(seed_index, return_inverse=True)
+        num_seeds = int(seed_index.max()) + 1 if seed_index.numel() else 0
+    totals = step_loss.new_zeros(num_seeds).index_add(0, seed_index, step_loss)
+    counts = step_loss.new_zeros(num_seeds).index_add(0, seed_index, torch.ones_like(step_loss))
+    return totals / counts
+
+
+def cvar(risk: torch.Tensor, alpha: float, eta: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Conditional value at risk of the upper alpha tail of ``risk`` (one value per seed).
+
+    With ``eta`` given: the Rockafellar-Uryasev objective eta + E[(R - eta)_+] / alpha, whose minimum over eta is
+    CVaR_alpha and whose minibatch gradient is unbiased (used in training, eta learnable). With ``eta=None``: the
+    exact minimum, i.e. the mean of the worst alpha fraction of seeds with the boundary seed weighted
+    fractionally (used for evaluation; differentiable through the sort).
+
+    Example:
+        >>> import torch
+        >>> r = torch.tensor([1.0, 2.0, 3.0, 4.0, 10.0])
+        >>> float(cvar(r, 0.2)), float(cvar(r, 0.3)), float(cvar(r, 1.0))
+        (10.0, 8.0, 4.0)
+        >>> float(cvar(r, 0.2, eta=4.0))  # 4 + (6 / 5) / 0.2: RU at eta = VaR equals the exact value
+        10.0
+    """
+    import torch
+
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1]; got {alpha}")
+    if risk.dim() != 1 or risk.numel() == 0:
+        raise ValueError(f"risk must be a non-empty 1-D tensor; got shape {tuple(risk.shape)}")
+    if eta is not None:
+        return eta + torch.clamp(risk - eta, min=0).mean() / alpha
+    n = risk.numel()
+    m = alpha * n  # tail mass in units of samples
+    k = min(int(math.floor(m + 1e-9)), n)
+    desc = torch.sort(risk, descending=True).values
+    tail = desc[:k].sum()
+    if k < n and m - k > 1e-9:
+        tail = tail + (m - k) * desc[k]
+    return tail / m
+
+
+def cvar_lagrangian(risk: torch.Tensor, p: torch.Tensor, y: torch.Tensor, lam: torch.Tensor | float, alpha: float,
+                    epsilon: float, brier_weight: float, eta: torch.Tensor | float | None = None) -> torch.Tensor:
+    """The router objective of Eq. 11: E_z[R(z)] + lambda (CVaR_alpha(R) - epsilon) + lambda_B Brier.
+
+    ``risk`` is the per-seed risk from ``seed_risk``; ``p``/``y`` the step probabilities and labels for the Brier
+    term. The caller decides what is differentiated: the primal step passes a detached ``lam``, the dual step
+    ascends on log lambda with the constraint value.
+
+    Example:
+        >>> import torch
+        >>> r, p, y = torch.tensor([1.0, 3.0]), torch.tensor([0.5]), torch.tensor([1.0])
+        >>> round(float(cvar_lagrangian(r, p, y, lam=2.0, alpha=0.5, epsilon=0.1, brier_weight=1.0)), 4)  # 2+2(3-.1)+.25
+        8.05
+    """
+    return risk.mean() + lam * (cvar(risk, alpha, eta) - epsilon) + brier_weight * brier(p, y)
+
+
+def jsd(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence (natural log) between categorical distributions given as log-probabilities.
+
+    Works over the last dimension and returns one value per leading index. It is symmetric, zero iff the
+    distributions agree, and at most log 2; used for the consistency term of Eq. 6.
+
+    Example:
+        >>> import torch
+        >>> a = torch.log(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
+        >>> b = torch.log(torch.tensor([[0.0, 1.0], [0.5, 0.5]]))
+        >>> jsd(a, b)  # disjoint supports reach log 2; identical rows give 0
+        tensor([0.6931, 0.0000])
+    """
+    import torch
+
+    if logp.shape != logq.shape:
+        raise ValueError(f"jsd needs equal shapes; got {tuple(logp.shape)} and {tuple(logq.shape)}")
+    logm = torch.logaddexp(logp, logq) - math.log(2.0)
+    return (0.5 * (_kl_to_mixture(logp, logm) + _kl_to_mixture(logq, logm))).clamp(min=0.0)
+
+
+def _kl_to_mixture(logp: torch.Tensor, logm: torch.Tensor) -> torch.Tensor:
+    """KL(p || m) with 0 log 0 = 0. Masking before the subtraction keeps gradients finite at zero-mass entries."""
+    import torch
+
+    support = logp > -math.inf
+    diff = torch.where(support, logp, torch.zeros_like(logp)) - torch.where(support, logm, torch.zeros_like(logm))
+    return (logp.exp() * diff).sum(-1)

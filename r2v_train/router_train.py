@@ -1,0 +1,430 @@
+"""Stage 8 of Algorithm 1: train the router r_psi on (f_t, y_t) with Brier + the CVaR Lagrangian (Eq. 8-13).
+
+Objective (Eq. 11), minimised over the router psi and the Rockafellar-Uryasev variable eta, maximised over
+lambda >= 0 by dual ascent on log lambda:
+
+    E_z[R(z)] + lambda (eta + E_z[(R(z) - eta)_+] / alpha - epsilon) + lambda_B Brier,
+
+where R(z) (Eq. 10) is the mean soft routing cost (Eq. 8) over the steps of one logged SLM rollout. A rollout is
+the pair (perturbation seed z, episode index), because an env seeded with z draws its perturbations from
+(z, episode, step). Minibatches are packed from whole rollouts, so each R(z) in a batch is exact and the RU term
+is an unbiased estimate of its population value.
+
+Costs are in units of one teacher call: c_LLM = 1, c_SLM = 1/50 (Appendix C's ratio of 50), and the default
+kappa = 2 (c_LLM - c_SLM) = 1.96 puts tau* (Eq. 13) at 0.5: escalate when the calibrated risk that the SLM
+fails the episode is at least one half. With these units a failing rollout costs at least c_LLM = 1 per step,
+so CVaR_alpha < epsilon = 0.1 is infeasible whenever more than alpha of the rollouts fail; lambda then climbs
+to ``lambda_max``, which bounds it so the primal problem stays well posed.
+
+After training, the router is recalibrated on validation NLL and the routing threshold is chosen on validation
+(``calibration.select_threshold``): the tau minimising the hard-decision version of the training objective,
+i.e. mean cost plus the final lambda times the rollout CVaR excess. Modes: ``cvar`` (Eq. 11), ``mean`` (no CVaR
+term) and ``brier`` (Brier only, the calibration ablation).
+
+Recalibration defaults to Platt scaling (logits / T + b) rather than Appendix C's temperature alone: the CVaR
+term raises the logits of failure-like states (a shift, not a sharpening), which a temperature cannot undo.
+Measured on synthetic rollouts (tests/test_router_train.py data, 10 epochs): CVaR training with temperature
+scaling gave ECE 0.34; with Platt scaling 0.045, as good as Brier-only training (0.044), while the lambda-aware
+threshold kept the tail gain (hard CVaR_0.2 of rollout cost 1.25 vs 1.62 for Brier-only).
+
+Example:
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> def make(n):
+    ...     f = rng.normal(size=(n, 15)).astype(np.float32)
+    ...     y = (rng.random(n) < 1 / (1 + np.exp(-2 * f[:, 0]))).astype(np.int8)
+    ...     return RouterData(features=f, y=y, seed=np.arange(n) // 10)
+    >>> cfg = RouterTrainConfig(epochs=2, batch_size=512, progress=False)
+    >>> result = train_router(make(2000), make(1000), cfg)
+    >>> result.metrics["tau_star"], result.model.predict_proba(make(3).features).shape
+    (0.5, (3,))
+    >>> 0 <= result.metrics["valid"]["escalation_rate"] <= 1 and len(result.metrics["history"]) == 2
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from r2v_envs.errors import FeatureSpecError, UnknownChoiceError
+from r2v_train import calibration
+
+if TYPE_CHECKING:
+    import torch
+
+    from r2v_agents.router_mlp import RouterMLP
+
+MODES = ("cvar", "mean", "brier")
+CALIBRATIONS = ("temperature", "platt", "none")
+ROUTER_FILE, METRICS_FILE, STATE_FILE = "router.pt", "router_metrics.json", "router_train_state.pt"
+
+
+@dataclass
+class RouterTrainConfig:
+    """Router training hyper-parameters; defaults follow Appendix C (costs: see the module docstring)."""
+
+    epochs: int = field(default=20, metadata={"help": "passes over the training steps"})
+    batch_size: int = field(default=4096, metadata={"help": "steps per batch (whole rollouts are packed)"})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate, cosine-annealed to 0"})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
+    dual_lr: float = field(default=1e-2, metadata={"help": "Adam learning rate for ascent on log lambda"})
+    eta_lr: float = field(default=1e-2, metadata={"help": "learning rate of the Rockafellar-Uryasev eta"})
+    alpha: float = field(default=0.2, metadata={"help": "CVaR tail fraction of rollouts (Table 5)"})
+    epsilon: float = field(default=0.1, metadata={"help": "CVaR budget epsilon (Table 5), in teacher-call units"})
+    brier_weight: float = field(default=1.0, metadata={"help": "lambda_B, weight of the Brier term (Eq. 11)"})
+    c_slm: float = field(default=0.02, metadata={"help": "cost of an SLM step (c_LLM / c_SLM = 50)"})
+    c_llm: float = field(default=1.0, metadata={"help": "cost of a teacher call (the unit of cost)"})
+    kappa: float = field(default=1.96, metadata={
+        "help": "cost of not escalating on a failing rollout's step; 2 (c_LLM - c_SLM) gives tau* = 0.5"})
+    lambda_init: float = field(default=1.0, metadata={"help": "initial Lagrange multiplier"})
+    lambda_max: float = field(default=10.0, metadata={"help": "cap on lambda (an infeasible epsilon saturates)"})
+    mode: str = field(default="cvar", metadata={"help": "cvar (Eq. 11) | mean (no CVaR) | brier (Brier only)"})
+    hidden: tuple[int, ...] = field(default=(128, 64), metadata={"help": "MLP hidden widths"})
+    dropout: float = field(default=0.2, metadata={"help": "dropout after each hidden layer"})
+    recalibration: str = field(default="platt", metadata={
+        "help": "post-hoc calibration on validation NLL: platt (temperature and bias) | temperature (Appendix C) "
+                "| none"})
+    threshold_rule: str = field(default="min_cost", metadata={
+        "help": "min_cost (lowest validation routing cost) | bayes (tau* of Eq. 13) | budget"})
+    max_escalation: float | None = field(default=None, metadata={
+        "help": "highest validation escalation rate allowed by threshold_rule=budget"})
+    seed: int = field(default=0, metadata={"help": "seed of initialisation and batch order"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UnknownChoiceError("router training mode", self.mode, MODES)
+        if self.recalibration not in CALIBRATIONS:
+            raise UnknownChoiceError("recalibration", self.recalibration, CALIBRATIONS)
+        if self.threshold_rule not in calibration.THRESHOLD_RULES:
+            raise UnknownChoiceError("threshold rule", self.threshold_rule, calibration.THRESHOLD_RULES)
+        if self.epochs < 1 or self.batch_size < 2:
+            raise ValueError(f"need epochs >= 1 and batch_size >= 2; got {self.epochs}, {self.batch_size}")
+        if not 0 < self.alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1]; got {self.alpha}")
+        if not (0 <= self.c_slm < self.c_llm and self.kappa > 0):
+            raise ValueError(f"Eq. 8 needs 0 <= c_slm < c_llm and kappa > 0; got {self.c_slm}, {self.c_llm}, "
+                             f"{self.kappa}")
+        if not 0 < self.lambda_init <= self.lambda_max:
+            raise ValueError(f"need 0 < lambda_init <= lambda_max; got {self.lambda_init}, {self.lambda_max}")
+        self.hidden = tuple(int(h) for h in self.hidden)
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that change the trained router (resuming with other values is refused)."""
+        d = asdict(self)
+        d.pop("progress")
+        d["hidden"] = list(d["hidden"])
+        return d
+
+
+@dataclass
+class RouterData:
+    """Router training rows: features f_t (N x d), labels y_t (Eq. 7), and who they belong to.
+
+    ``seed`` is the perturbation seed z and ``episode`` the episode index under it; together they name the rollout
+    over which Eq. 10 averages (``episode=None``: each seed value is one rollout). ``task`` is kept for reports.
+    """
+
+    features: np.ndarray
+    y: np.ndarray
+    seed: np.ndarray
+    episode: np.ndarray | None = None
+    task: np.ndarray | None = None
+    feature_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self.features = np.ascontiguousarray(self.features, dtype=np.float32)
+        if self.features.ndim != 2 or len(self.features) == 0:
+            raise FeatureSpecError(f"features must be a non-empty (N, d) array; got shape {self.features.shape}")
+        if not np.isfinite(self.features).all():
+            raise FeatureSpecError("features contain NaN or inf")
+        n = len(self.features)
+        self.y = np.asarray(self.y)
+        if self.y.shape != (n,) or not np.isin(self.y, (0, 1)).all():
+            raise ValueError(f"y must hold N={n} labels in {{0, 1}}; got shape {self.y.shape}")
+        for name in ("seed", "episode", "task"):
+            col = getattr(self, name)
+            if col is not None and np.asarray(col).shape != (n,):
+                raise ValueError(f"column {name!r} must have N={n} entries; got {np.asarray(col).shape}")
+        if self.feature_names is not None:
+            self.feature_names = tuple(self.feature_names)
+            if len(self.feature_names) != self.features.shape[1]:
+                raise FeatureSpecError(f"{len(self.feature_names)} feature names for {self.features.shape[1]} columns")
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def rollout_index(self) -> tuple[np.ndarray, int]:
+        """Contiguous rollout ids 0..G-1 per row (grouping by seed, or by (seed, episode)), and G."""
+        keys = np.asarray(self.seed)
+        if self.episode is not None:
+            keys = np.rec.fromarrays([keys, np.asarray(self.episode)])
+        _, index = np.unique(keys, return_inverse=True)
+        return index.ravel().astype(np.int64), int(index.max()) + 1
+
+    @classmethod
+    def from_table(cls, table: Any, feature_names: Sequence[str] | None = None) -> RouterData:
+        """From a pyarrow Table, pandas DataFrame or mapping of columns.
+
+        Features come from a list-valued ``features`` column or, with ``feature_names``, from those columns.
+        """
+        cols = table.to_pydict() if hasattr(table, "to_pydict") else (
+            {c: table[c].to_numpy() for c in table.columns} if hasattr(table, "columns") else dict(table))
+        if "y" not in cols or "seed" not in cols:
+            raise ValueError(f"router table needs columns y and seed; has {sorted(cols)}")
+        if feature_names is not None:
+            missing = [c for c in feature_names if c not in cols]
+            if missing:
+                raise FeatureSpecError(f"router table lacks feature columns {missing}")
+            feats = np.stack([np.asarray(cols[c], dtype=np.float32) for c in feature_names], axis=1)
+        elif "features" in cols:
+            feats = np.asarray([np.asarray(r, dtype=np.float32) for r in cols["features"]], dtype=np.float32)
+        else:
+            raise FeatureSpecError("router table has no 'features' column and no feature_names were given")
+        get = lambda c: np.asarray(cols[c]) if c in cols else None  # noqa: E731
+        return cls(features=feats, y=np.asarray(cols["y"]), seed=np.asarray(cols["seed"]), episode=get("episode"),
+                   task=get("task"), feature_names=tuple(feature_names) if feature_names else None)
+
+    @classmethod
+    def read_parquet(cls, path: str | os.PathLike, feature_names: Sequence[str] | None = None) -> RouterData:
+        import pyarrow.parquet as pq
+
+        return cls.from_table(pq.read_table(os.fspath(path)), feature_names)
+
+
+@dataclass
+class RouterTrainResult:
+    model: RouterMLP
+    feature_spec: dict[str, Any]
+    threshold: float
+    metrics: dict[str, Any]
+
+
+def _standardisation(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean = features.mean(axis=0, dtype=np.float64)
+    std = features.std(axis=0, dtype=np.float64)
+    return mean.astype(np.float32), np.where(std > 1e-6, std, 1.0).astype(np.float32)  # constant feature: keep
+
+
+def _pack_batches(rollout: np.ndarray, n_rollouts: int, batch_size: int, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """Shuffle rollouts and pack whole rollouts into batches of about ``batch_size`` steps.
+
+    Returns the row order, each ordered row's running rollout number, and (start, end) of each batch.
+    """
+    by_rollout = np.argsort(rollout, kind="stable")
+    counts = np.bincount(rollout, minlength=n_rollouts)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    perm = rng.permutation(n_rollouts)
+    c = counts[perm]
+    ends = np.cumsum(c)
+    offsets = np.repeat(starts[perm] - (ends - c), c)
+    rows = by_rollout[offsets + np.arange(ends[-1])]
+    segment = np.repeat(np.arange(n_rollouts), c)
+    # a batch closes at the first rollout that reaches the next multiple of batch_size
+    cut = np.unique(np.searchsorted(ends, np.arange(batch_size, ends[-1], batch_size), side="left"))
+    bounds = np.r_[0, ends[cut[cut < n_rollouts - 1]], ends[-1]]
+    return rows, segment, [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def evaluate_router(model: RouterMLP, data: RouterData, threshold: float, cfg: RouterTrainConfig
+                    ) -> dict[str, Any]:
+    """Calibration and routing metrics on ``data``: Brier, ECE (15 bins), reliability bins, escalation rate,
+    mean hard routing cost, and the mean / CVaR_alpha of per-rollout soft and hard routing costs (Eq. 10)."""
+    import torch
+
+    from r2v_train.losses import cvar, routing_surrogate, seed_risk
+
+    p = model.predict_proba(data.features).astype(np.float64)
+    y = data.y.astype(np.float64)
+    d = (p >= threshold).astype(np.float64)
+    rollout, n_rollouts = data.rollout_index()
+    idx = torch.from_numpy(rollout)
+    out: dict[str, Any] = {
+        "n": len(data), "rollouts": n_rollouts, "failure_rate": float(y.mean()),
+        "brier": calibration.brier_score(p, y), "ece": calibration.expected_calibration_error(p, y),
+        "escalation_rate": float(d.mean()), "reliability": calibration.reliability_bins(p, y).to_dict()}
+    for name, decision in (("soft", p), ("hard", d)):
+        step = routing_surrogate(torch.from_numpy(decision), torch.from_numpy(y), cfg.c_slm, cfg.c_llm, cfg.kappa)
+        risk = seed_risk(step, idx, n_rollouts)
+        out[f"cost_{name}"] = float(step.mean())
+        out[f"rollout_risk_mean_{name}"] = float(risk.mean())
+        out[f"rollout_cvar_{name}"] = float(cvar(risk, cfg.alpha))
+    return out
+
+
+def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | None = None,
+                 run_dir: str | os.PathLike | None = None, feature_names: Sequence[str] | None = None
+                 ) -> RouterTrainResult:
+    """Train, temperature-scale and threshold a router; with ``run_dir``, resumable per epoch and atomic.
+
+    A finished run in ``run_dir`` with the same config and data is loaded instead of retrained.
+    """
+    import torch
+
+    from r2v_agents.router_mlp import RouterMLP, atomic_write, load_router, save_router
+    from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
+
+    cfg = cfg or RouterTrainConfig()
+    d = train.features.shape[1]
+    names = list(feature_names or train.feature_names or [f"f{i}" for i in range(d)])
+    if valid.features.shape[1] != d:
+        raise FeatureSpecError(f"validation has {valid.features.shape[1]} features, training {d}")
+    for part in (train, valid):
+        if part.feature_names is not None and list(part.feature_names) != names:
+            raise FeatureSpecError(f"feature names differ: {list(part.feature_names)} vs {names}")
+    identity = {"config": cfg.identity(), "data": _fingerprint(train, valid), "features": names}
+
+    paths = {k: os.path.join(os.fspath(run_dir), f) for k, f in
+             (("router", ROUTER_FILE), ("metrics", METRICS_FILE), ("state", STATE_FILE))} if run_dir else {}
+    if paths and os.path.exists(paths["router"]) and os.path.exists(paths["metrics"]):
+        with open(paths["metrics"]) as f:
+            metrics = json.load(f)
+        _check_identity(metrics.get("identity"), identity, paths["metrics"])
+        model, spec, threshold, _ = load_router(paths["router"], expected_features=names)
+        return RouterTrainResult(model, spec, threshold, metrics)
+
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    mean, std = _standardisation(train.features)
+    model = RouterMLP(d, cfg.hidden, cfg.dropout)
+    model.set_standardisation(mean, std)
+    eta = torch.zeros((), requires_grad=True)  # Rockafellar-Uryasev VaR variable
+    log_lam = torch.tensor(math.log(cfg.lambda_init), requires_grad=True)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
+    opt.add_param_group({"params": [eta], "lr": cfg.eta_lr, "weight_decay": 0.0})
+    dual_opt = torch.optim.Adam([log_lam], lr=cfg.dual_lr)
+    steps_per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
+    total = cfg.epochs * steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / total, 1.0))))
+    x_all, y_all = torch.from_numpy(train.features), torch.from_numpy(train.y.astype(np.float32))
+    rollout, n_rollouts = train.rollout_index()
+    log_lam_bounds = (math.log(1e-4), math.log(cfg.lambda_max))
+    start_epoch, history, eta_ready = 0, [], False
+
+    if paths and os.path.exists(paths["state"]):
+        state = torch.load(paths["state"], map_location="cpu", weights_only=False)
+        _check_identity(state["identity"], identity, paths["state"])
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        dual_opt.load_state_dict(state["dual_opt"])
+        sched.load_state_dict(state["sched"])
+        with torch.no_grad():
+            eta.fill_(state["eta"])
+            log_lam.fill_(state["log_lam"])
+        rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        start_epoch, history, eta_ready = state["epoch"] + 1, state["history"], True
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(start_epoch, cfg.epochs), desc=f"router[{cfg.mode}]", disable=not cfg.progress,
+               initial=start_epoch, total=cfg.epochs)
+    for epoch in bar:
+        model.train()
+        rows, segment, bounds = _pack_batches(rollout, n_rollouts, cfg.batch_size, rng)
+        rows_t, segment_t = torch.from_numpy(rows), torch.from_numpy(segment)
+        sums = {"loss": 0.0, "brier": 0.0, "risk_mean": 0.0, "cvar": 0.0}
+        for b0, b1 in bounds:
+            idx = rows_t[b0:b1]
+            x, y = x_all[idx], y_all[idx]
+            p = torch.sigmoid(model(x))  # temperature is frozen at 1 while training
+            brier_term = brier(p, y)
+            if cfg.mode == "brier":
+                loss, risk_mean, cvar_value = cfg.brier_weight * brier_term, float("nan"), float("nan")
+            else:
+                group = segment_t[b0:b1] - segment_t[b0]
+                risk = seed_risk(routing_surrogate(p, y, cfg.c_slm, cfg.c_llm, cfg.kappa), group,
+                                 int(group[-1]) + 1)
+                loss = risk.mean() + cfg.brier_weight * brier_term
+                risk_mean, cvar_value = float(risk.detach().mean()), float("nan")
+                if cfg.mode == "cvar":
+                    if not eta_ready:  # start eta at this batch's VaR_alpha rather than at 0
+                        with torch.no_grad():
+                            eta.fill_(float(torch.quantile(risk.detach(), 1 - cfg.alpha)))
+                        eta_ready = True
+                    ru = cvar(risk, cfg.alpha, eta)
+                    loss = loss + log_lam.detach().exp() * (ru - cfg.epsilon)
+                    cvar_value = float(ru.detach())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            if cfg.mode == "cvar":  # dual ascent on log lambda: d/dlog(lam) of lam (CVaR - eps)
+                dual_opt.zero_grad(set_to_none=True)
+                (-(log_lam.exp() * (cvar_value - cfg.epsilon))).backward()
+                dual_opt.step()
+                with torch.no_grad():
+                    log_lam.clamp_(*log_lam_bounds)
+            for k, v in (("loss", float(loss.detach())), ("brier", float(brier_term.detach())), ("risk_mean", risk_mean),
+                         ("cvar", cvar_value)):
+                sums[k] += v * (b1 - b0)
+        row = {k: v / len(train) for k, v in sums.items()}
+        row.update(epoch=epoch, lam=float(log_lam.detach().exp()) if cfg.mode == "cvar" else None,
+                   eta=float(eta.detach()) if cfg.mode == "cvar" else None)
+        model.eval()
+        p_val = model.predict_proba(valid.features)
+        row.update(valid_brier=calibration.brier_score(p_val, valid.y),
+                   valid_ece=calibration.expected_calibration_error(p_val, valid.y))
+        history.append(_finite(row))
+        bar.set_postfix(loss=f"{row['loss']:.4f}", vbrier=f"{row['valid_brier']:.4f}",
+                        lam=f"{row['lam']:.2f}" if row["lam"] is not None else "-")
+        if paths:
+            state = {"identity": identity, "epoch": epoch, "history": history, "model": model.state_dict(),
+                     "opt": opt.state_dict(), "dual_opt": dual_opt.state_dict(), "sched": sched.state_dict(),
+                     "eta": float(eta.detach()), "log_lam": float(log_lam.detach()), "rng": rng.bit_generator.state,
+                     "torch_rng": torch.get_rng_state()}
+            atomic_write(paths["state"], lambda f, s=state: torch.save(s, f))
+
+    model.eval()
+    if cfg.recalibration != "none":
+        with torch.no_grad():
+            raw = model.untempered_logits(torch.from_numpy(valid.features)).numpy()
+        if cfg.recalibration == "platt":
+            model.set_temperature(*calibration.fit_platt(raw, valid.y))
+        else:
+            model.set_temperature(calibration.fit_temperature(raw, valid.y))
+    p_val = model.predict_proba(valid.features)
+    final_lam = float(log_lam.detach().exp()) if cfg.mode == "cvar" else 0.0
+    threshold = calibration.select_threshold(
+        p_val, valid.y, cfg.c_slm, cfg.c_llm, cfg.kappa, rule=cfg.threshold_rule, max_escalation=cfg.max_escalation,
+        rollout=valid.rollout_index()[0], alpha=cfg.alpha, lam=final_lam, epsilon=cfg.epsilon)
+    spec = {"names": names, "mean": mean.tolist(), "std": std.tolist()}
+    metrics = {"identity": identity, "threshold": threshold, "temperature": model.temperature,
+               "logit_bias": float(model.logit_bias), "lambda": final_lam,
+               "tau_star": calibration.bayes_threshold(cfg.c_slm, cfg.c_llm, cfg.kappa),
+               "valid": evaluate_router(model, valid, threshold, cfg), "history": history}
+    if paths:
+        save_router(paths["router"], model, spec, threshold, meta={"config": cfg.identity(), "mode": cfg.mode,
+                                                                  "temperature": model.temperature})
+        text = json.dumps(metrics, indent=1).encode()
+        atomic_write(paths["metrics"], lambda f: f.write(text))
+    return RouterTrainResult(model, spec, threshold, metrics)
+
+
+def _fingerprint(*parts: RouterData) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        for arr in (part.features, part.y, part.rollout_index()[0]):
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def _check_identity(found: Mapping[str, Any] | None, expected: Mapping[str, Any], where: str) -> None:
+    if found != expected:
+        changed = sorted(k for k in expected if (found or {}).get(k) != expected[k])
+        raise ValueError(f"{where} belongs to a router run with different {changed}; use a fresh run dir")
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN -> None so that history rows stay valid JSON."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

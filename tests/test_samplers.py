@@ -1,0 +1,74 @@
+"""The transformers sampler on a tiny locally built model: token statistics match a teacher-forced pass."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from r2v_agents.context import Context  # noqa: E402
+from r2v_agents.prompts import build_prompt, format_completion  # noqa: E402
+from r2v_agents.samplers import Sampler  # noqa: E402
+from r2v_agents.samplers.transformers_sampler import TransformersSampler  # noqa: E402
+from r2v_agents.slm import SLMPolicy  # noqa: E402
+from r2v_agents.tiny import EOS, build_tiny_model, env_corpus, train_tokenizer  # noqa: E402
+from r2v_agents.verifiers.textworld import TextWorldVerifier  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    texts = env_corpus("R2V/Scripted-v0", task_ids=[f"scripted-{i}" for i in range(4)], seeds=(0,),
+                       perturbations=None)
+    tok = train_tokenizer(texts, vocab_size=400)
+    model = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128)
+    return tok, model, texts
+
+
+def test_env_corpus_renders_prompt_and_completion(tiny):
+    _, _, texts = tiny
+    assert texts and all(t.endswith(EOS) and "\nAction: " in t for t in texts)
+    assert any(t.endswith(format_completion("take coin") + EOS) for t in texts)
+
+
+def test_token_stats_match_a_teacher_forced_forward_pass(tiny):
+    tok, model, _ = tiny
+    sampler = TransformersSampler(model, tok, max_new_tokens=6, seed=1)
+    assert isinstance(sampler, Sampler)
+    prompts = ["Goal: take coin\nObservation:\nA room.\nAction:", "Goal: x\nAction:"]
+    out = sampler.sample(prompts, k=4)
+    assert [len(c) for c in out] == [4, 4]
+    stopped = 0
+    for prompt, cands in zip(prompts, out):
+        for c in cands:
+            n = len(c.token_logprobs)
+            assert 1 <= n <= 6 and len(c.token_entropies) == n
+            assert c.logprob == pytest.approx(sum(c.token_logprobs))
+            assert all(0 <= e <= math.log(len(tok)) + 1e-4 for e in c.token_entropies)
+            assert "\n" not in c.action
+    again = sampler.sample(prompts, k=4)  # seeded: the same batch gives the same samples
+    assert [[x.token_logprobs for x in cs] for cs in again] == [[x.token_logprobs for x in cs] for cs in out]
+    stopped = [x for cs in out for x in cs if len(x.token_ids) < 6]
+    assert all(x.token_ids[-1] in sampler._stop_ids() for x in stopped)  # cut at EOS/newline, padding masked
+    for prompt, cands in zip(prompts, out):  # replay each candidate's sampled ids under teacher forcing
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        for c in cands:
+            seq = torch.tensor([ids + list(c.token_ids)])
+            with torch.no_grad():
+                logp = torch.log_softmax(model(seq).logits[0, len(ids) - 1:-1].float(), -1)
+            ref = logp.gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            ent = -(logp.exp() * logp).sum(-1)
+            assert list(c.token_logprobs) == pytest.approx(ref.tolist(), abs=1e-4)
+            assert list(c.token_entropies) == pytest.approx(ent.tolist(), abs=1e-4)
+
+
+def test_slm_policy_on_the_tiny_model(tiny):
+    tok, model, _ = tiny
+    slm = SLMPolicy(TransformersSampler(model, tok, max_new_tokens=5, seed=0), TextWorldVerifier(), k=3)
+    ctx = Context.start("Find the coin.", "-= Room 0 =-", {"admissible_actions": ["go east", "look"]}, max_steps=10)
+    d = slm.act_batch([ctx, ctx], [{}, {}])
+    assert len(d) == 2 and all(len(x.candidates) == 3 and len(x.features) == 15 for x in d)
+    assert all(x.source == "slm" and isinstance(x.action, str) and x.action for x in d)
+    assert build_prompt(ctx).endswith("Action:")
