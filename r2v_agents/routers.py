@@ -153,9 +153,11 @@ class OracleRouter(Router):
 class MLPRouter(Router):
     """The R2V router: a calibrated MLP over f_t, loaded with :func:`r2v_agents.router_mlp.load_router`.
 
-    ``feature_spec`` may hold ``names`` (checked against :data:`FEATURE_NAMES`), ``ablation`` (a feature
-    mask applied before the model, see :data:`r2v_agents.features.ABLATIONS`), ``variant`` (the feature
-    variant the SLM policy must compute) and ``mean``/``std`` (standardisation applied before the model).
+    ``feature_spec`` holds ``names`` (checked against :data:`FEATURE_NAMES`) and ``mean``/``std``; it may
+    hold ``ablation`` (a feature mask applied before the model, see :data:`r2v_agents.features.ABLATIONS`)
+    and ``variant`` (the feature variant the SLM policy must compute). A ``RouterMLP`` standardises inside
+    the model (buffers checked against the spec by ``load_router``); for any other model (e.g. a bare torch
+    module) ``mean``/``std`` are applied here.
     """
 
     name = "r2v-mlp"
@@ -173,14 +175,15 @@ class MLPRouter(Router):
     def load(cls, path: str | os.PathLike, threshold: float | None = None) -> MLPRouter:
         from r2v_agents.router_mlp import load_router
 
-        model, spec, saved_threshold, meta = load_router(path)
+        model, spec, saved_threshold, meta = load_router(path, expected_features=FEATURE_NAMES)
         return cls(model, spec, saved_threshold if threshold is None else threshold, meta)
 
     def transform(self, features: np.ndarray) -> np.ndarray:
         f = np.atleast_2d(np.asarray(features, dtype=np.float32))
         if "ablation" in self.feature_spec:
             f = apply_mask(f, self.feature_spec["ablation"]).astype(np.float32)
-        if "mean" in self.feature_spec and "std" in self.feature_spec:
+        owns_scaling = hasattr(self.model, "feature_mean")
+        if "mean" in self.feature_spec and "std" in self.feature_spec and not owns_scaling:
             mean = np.asarray(self.feature_spec["mean"], dtype=np.float32)
             std = np.asarray(self.feature_spec["std"], dtype=np.float32)
             f = (f - mean) / np.where(std > 0, std, 1.0)

@@ -1,13 +1,15 @@
 """The shared rollout runner: any policy, any registered env and wrapper stack, a grid of tasks x seeds.
 
-Design. The policy lives in the main process; environments live in ``workers`` subprocesses (forked from a
-fork server that preloaded the engine, one thread each), each hosting ``envs_per_worker`` env slots (``workers=0`` steps the envs in-process). The main
-loop waits for whichever workers have results, calls ``policy.act_batch`` once on every live context of
-those workers (so an SLM batches across envs, and a cheap policy never stalls the other worker), and sends
-the actions back. Each episode (task_id, z) runs on ``gym.make(env_id, seed=z, ...)`` reset with
-``options={"task_id": task_id, "episode_index": 0}``: its perturbation stream depends on (z, task) only, not
-on which worker or slot runs it, so logs are identical across worker counts. Envs are reused per worker for
-the same z (reset reloads the task).
+Design. The policy lives in the main process; environments live in ``workers`` subprocesses (one thread
+each, see :mod:`r2v_agents.workers`), each hosting ``envs_per_worker`` env slots (``workers=0`` steps them
+in-process). The main loop waits for whichever workers have results, calls ``policy.act_batch`` once on
+every live context of those workers (an SLM batches across envs; a cheap policy never stalls the other
+worker) and sends the actions back. With ``policy_in_workers=True`` each worker instead gets a copy of a
+picklable policy and runs whole episodes, with no round trip per step. Each episode (task_id, z) runs on
+``gym.make(env_id, seed=z, ...)`` reset with ``options={"task_id": task_id, "episode_index": 0}``: its
+perturbation stream depends on (z, task) only, not on the worker or slot that runs it, so logs are identical
+across worker counts. Envs are reused per worker for the same z (reset reloads the task), and workers are
+kept warm between runs with the same env setting.
 
 Logging (see :mod:`r2v_agents.shards`): per step the context (goal, observation, action history, admissible
 actions, perturbation events), the decision (action, source, candidates with log-probs/entropies/verifier
@@ -42,6 +44,7 @@ from typing import Any
 from r2v_agents.context import Context
 from r2v_agents.policy import Decision, as_policy, visible_info
 from r2v_agents.shards import ShardWriter, write_json_atomic
+from r2v_agents.workers import EnvSlots, LocalHost, ProcessHost, WorkerPool, wait_ready
 
 TEACHER_SOURCES = ("teacher", "oracle")
 
@@ -68,8 +71,17 @@ class RunConfig:
     """Env worker processes; 0 steps the envs in the main process."""
     envs_per_worker: int = 4
     """Env slots per worker (in-process: slots in total)."""
+    keep_workers: bool = True
+    """Keep the env workers alive for the next run with the same env setting (see :class:`WorkerPool`)."""
+    policy_in_workers: bool = False
+    """Give each worker its own copy of the (picklable, cheap) policy and run whole episodes there: no
+    round trip per step, so the best throughput for oracle/scripted/API agents. Keep False for an SLM that
+    should batch across all envs in one process."""
     shard_episodes: int = 64
     """Episodes per shard file."""
+    wrappers: tuple[str, ...] = ()
+    """Extra ``gym.Wrapper``s as import paths ``"module:Class"`` (each called with the env), applied in order
+    on top of the registered stack (which ``env_kwargs["perturbations"]`` configures)."""
     imports: tuple[str, ...] = ()
     """Modules the workers import before ``gym.make`` (to register third-party envs)."""
     progress: bool = True
@@ -92,148 +104,12 @@ class RunSummary:
     teacher_calls: int
     cost: float
     wall_s: float
+    worker_cpu_s: tuple[float, ...] = ()
+    """CPU seconds of each env worker process (empty when ``workers=0``)."""
 
     @property
     def success_rate(self) -> float:
         return self.successes / self.episodes if self.episodes else float("nan")
-
-
-# ------------------------------------------------------------------------------------------------ env side
-def _jsonable(v: Any) -> bool:
-    if v is None or isinstance(v, (str, int, float, bool)):
-        return True
-    if isinstance(v, (list, tuple)):
-        return all(_jsonable(x) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _jsonable(x) for k, x in v.items())
-    return False
-
-
-def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.items() if _jsonable(v)}
-
-
-class EnvSlots:
-    """The env side of the runner (in a worker or in-process): slots that reset and step on command."""
-
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None, idle_cap: int = 4):
-        self.env_id, self.env_kwargs, self.max_steps, self.idle_cap = env_id, dict(env_kwargs), max_steps, idle_cap
-        self.active: dict[int, tuple[int, Any]] = {}
-        self.idle: dict[int, list[Any]] = {}
-
-    def _env_for(self, slot: int, z: int):
-        import gymnasium as gym
-
-        old = self.active.pop(slot, None)
-        if old is not None:
-            self.idle.setdefault(old[0], []).append(old[1])
-        pool = self.idle.get(z)
-        if pool:
-            env = pool.pop()
-        else:
-            kw = dict(self.env_kwargs)
-            if self.max_steps is not None:
-                kw["max_episode_steps"] = self.max_steps
-            env = gym.make(self.env_id, seed=z, **kw)
-        while sum(map(len, self.idle.values())) > self.idle_cap:
-            z_old = next(k for k, v in self.idle.items() if v)
-            self.idle[z_old].pop(0).close()
-        self.active[slot] = (z, env)
-        return env
-
-    def handle(self, cmds: list[tuple]) -> list[tuple]:
-        """``("reset", slot, task_id, z)`` or ``("step", slot, action)`` -> (slot, obs, reward, terminated,
-        truncated, info, error). An env error ends the episode with ``error`` set instead of crashing."""
-        out = []
-        for cmd in cmds:
-            slot = cmd[1]
-            try:
-                if cmd[0] == "reset":
-                    obs, info = self._env_for(slot, cmd[3]).reset(
-                        options={"task_id": cmd[2], "episode_index": 0})
-                    out.append((slot, obs, 0.0, False, False, _clean_info(info), None))
-                else:
-                    obs, r, term, trunc, info = self.active[slot][1].step(cmd[2])
-                    out.append((slot, obs, float(r), bool(term), bool(trunc), _clean_info(info), None))
-            except Exception as e:  # noqa: BLE001 - recorded in the episode row, the run goes on
-                self.active.pop(slot, None)
-                out.append((slot, "", 0.0, True, False, {}, f"{type(e).__name__}: {e}"))
-        return out
-
-    def close(self) -> None:
-        for _, env in self.active.values():
-            env.close()
-        for pool in self.idle.values():
-            for env in pool:
-                env.close()
-
-
-def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...]) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
-    import importlib
-
-    import r2v_envs  # noqa: F401 - registers the envs
-
-    for module in imports:
-        importlib.import_module(module)
-    slots = EnvSlots(env_id, env_kwargs, max_steps)
-    try:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):  # parent gone (e.g. SIGKILL): exit quietly
-                break
-            if msg is None:
-                break
-            conn.send(slots.handle(msg))
-    finally:
-        slots.close()
-
-
-class _LocalHost:
-    def __init__(self, cfg: RunConfig):
-        self.slots = EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps)
-        self.results: list[tuple] | None = None
-
-    def send(self, cmds):
-        self.results = self.slots.handle(cmds)
-
-    def recv(self):
-        out, self.results = self.results, None
-        return out
-
-    def close(self):
-        self.slots.close()
-
-
-class _ProcessHost:
-    def __init__(self, cfg: RunConfig, ctx):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, daemon=True,
-                                args=(child, cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.imports))
-        self.proc.start()
-        child.close()
-
-    def send(self, cmds):
-        self.conn.send(cmds)
-
-    def recv(self):
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError) as e:
-            self.proc.join(timeout=1)
-            raise RuntimeError(f"env worker {self.proc.pid} died (exit code {self.proc.exitcode}); scripts that "
-                               "run workers need an `if __name__ == '__main__':` guard (spawned workers "
-                               "re-import the main module)") from e
-
-    def close(self):
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
 
 
 # ---------------------------------------------------------------------------------------------- main side
@@ -303,116 +179,128 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
         if episode_key(*g) in writer.pending:
             done[i] = writer.pending[episode_key(*g)]
     queue = deque(i for i in range(len(todo)) if i not in done)
-    n_slots = max(1, cfg.workers) * cfg.envs_per_worker
-    hosts: list[Any] = []
     stats = {"episodes": 0, "successes": 0, "steps": 0, "teacher_calls": 0, "cost": 0.0}
     bar = None
     if cfg.progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(grid), initial=len(grid) - len(queue), desc=f"{name} on {cfg.env_id}", unit="ep")
-    flushed = 0
+    flushed = [0]
+
+    def next_episode() -> _Episode | None:
+        return _start(todo, queue.popleft()) if queue else None
+
+    def on_finish(record: dict[str, Any], index: int) -> None:
+        writer.add_pending(record)  # journaled at once: a crash loses only episodes still in flight
+        done[index] = record
+        _count(stats, record)
+        if bar is not None:
+            bar.update(1)
+        flushed[0] = _flush(writer, done, flushed[0], len(todo), cfg.shard_episodes)
+
+    hosts: list[Any] = []
+    worker_cpu: list[float] = []
+    clean_exit = False
     try:
-        if queue:
-            if cfg.workers == 0:
-                hosts = [_LocalHost(cfg)]
+        if queue and cfg.workers == 0:
+            host = LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.wrappers))
+            _drive([host], policy, next_episode, on_finish, cfg, name, benchmark, max_steps)
+        elif queue:
+            hosts = WorkerPool.take(cfg, min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))
+            cpu0 = [h.cpu_seconds() for h in hosts]
+            if cfg.policy_in_workers:
+                _run_policy_in_workers(hosts, policy, cfg, name, benchmark, max_steps, next_episode, on_finish)
             else:
-                mpctx = _worker_context(cfg)
-                hosts = [_ProcessHost(cfg, mpctx) for _ in range(min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))]
-        live: dict[tuple[int, int], _Episode] = {}
-        outbox: dict[int, list[tuple]] = {h: [] for h in range(len(hosts))}
-        per_host = cfg.envs_per_worker if cfg.workers else n_slots
-        for h in range(len(hosts)):
-            for s in range(per_host):
-                if queue:
-                    ep = _start(todo, queue.popleft())
-                    live[(h, s)] = ep
-                    outbox[h].append(("reset", s, ep.task_id, ep.z))
-        busy = set()
+                _drive(hosts, policy, next_episode, on_finish, cfg, name, benchmark, max_steps)
+            worker_cpu = [h.cpu_seconds() - c for h, c in zip(hosts, cpu0)]
+        _flush(writer, done, flushed[0], len(todo), cfg.shard_episodes, final=True)
+        clean_exit = True
+    finally:
+        if hosts and clean_exit and cfg.keep_workers:
+            WorkerPool.give_back(cfg, hosts)
+        else:  # after an error a worker may still owe us a reply: never reuse it
+            for host in hosts:
+                host.close()
+        if bar is not None:
+            bar.close()
+    return RunSummary(cfg.out_dir, stats["episodes"], len(grid) - len(todo), stats["successes"], stats["steps"],
+                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start, tuple(worker_cpu))
+
+
+def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, benchmark: str,
+           max_steps: int | None) -> None:
+    """Step every slot of ``hosts`` until ``next_episode`` runs dry, batching policy calls over ready hosts."""
+    live: dict[tuple[int, int], _Episode] = {}
+    per_host = cfg.envs_per_worker
+    outbox: dict[int, list[tuple]] = {h: [] for h in range(len(hosts))}
+    for h in range(len(hosts)):
+        for slot in range(per_host):
+            if (ep := next_episode()) is not None:
+                live[(h, slot)] = ep
+                outbox[h].append(("reset", slot, ep.task_id, ep.z))
+    busy = set()
+    for h, cmds in outbox.items():
+        if cmds:
+            hosts[h].send(cmds)
+            busy.add(h)
+    while busy:
+        ready = wait_ready(hosts, busy)
+        to_act: list[tuple[int, int]] = []
+        outbox = {h: [] for h in ready}
+        for h in ready:
+            busy.discard(h)
+            for slot, obs, reward, term, trunc, info, error in hosts[h].recv():
+                ep = live[(h, slot)]
+                if not _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark):
+                    to_act.append((h, slot))
+                    continue
+                policy.end_episodes([ep.episode_id])
+                on_finish(_finish(ep, cfg, benchmark, name, error), ep.index)
+                if (nxt := next_episode()) is not None:
+                    live[(h, slot)] = nxt
+                    outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
+                else:
+                    del live[(h, slot)]
+        if to_act:
+            eps = [live[k] for k in to_act]
+            infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
+            decisions = policy.act_batch([e.ctx for e in eps], infos)
+            if len(decisions) != len(eps):
+                raise RuntimeError(f"{name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
+            for (h, slot), ep, d in zip(to_act, eps, decisions):
+                ep.decision = d
+                outbox[h].append(("step", slot, d.action))
         for h, cmds in outbox.items():
             if cmds:
                 hosts[h].send(cmds)
                 busy.add(h)
-        while busy:
-            ready = _wait(hosts, busy)
-            to_act: list[tuple[int, int]] = []
-            outbox = {h: [] for h in ready}
-            for h in ready:
-                busy.discard(h)
-                for slot, obs, reward, term, trunc, info, error in hosts[h].recv():
-                    ep = live[(h, slot)]
-                    finished = _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark)
-                    if not finished:
-                        to_act.append((h, slot))
-                        continue
-                    record = _finish(ep, cfg, benchmark, name, error)
-                    writer.add_pending(record)
-                    policy.end_episodes([ep.episode_id])
-                    done[ep.index] = record
-                    _count(stats, record)
-                    if bar is not None:
-                        bar.update(1)
-                    if queue:
-                        nxt = _start(todo, queue.popleft())
-                        live[(h, slot)] = nxt
-                        outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
-                    else:
-                        del live[(h, slot)]
-            if to_act:
-                eps = [live[k] for k in to_act]
-                infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
-                decisions = policy.act_batch([e.ctx for e in eps], infos)
-                if len(decisions) != len(eps):
-                    raise RuntimeError(f"{name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
-                for (h, slot), ep, d in zip(to_act, eps, decisions):
-                    ep.decision = d
-                    outbox[h].append(("step", slot, d.action))
-            for h, cmds in outbox.items():
-                if cmds:
-                    hosts[h].send(cmds)
-                    busy.add(h)
-            flushed = _flush(writer, done, flushed, len(todo), cfg.shard_episodes)
-        flushed = _flush(writer, done, flushed, len(todo), cfg.shard_episodes, final=True)
-    finally:
-        for host in hosts:
-            host.close()
-        if bar is not None:
-            bar.close()
-    return RunSummary(cfg.out_dir, stats["episodes"], len(grid) - len(todo), stats["successes"], stats["steps"],
-                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start)
 
 
-# Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
-ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld")}
-
-
-def _worker_context(cfg: RunConfig):
-    """A ``forkserver`` context whose server has imported the env's modules once: a worker then starts in
-    milliseconds instead of re-importing TextWorld (~1 s each), and never inherits the main process's threads
-    (torch, tokenizers) as a plain fork would. Falls back to ``spawn`` where forkserver is unavailable."""
-    import multiprocessing as mp
-
-    import gymnasium as gym
-
-    try:
-        ctx = mp.get_context("forkserver")
-    except ValueError:  # pragma: no cover - e.g. Windows
-        return mp.get_context("spawn")
-    entry = gym.spec(cfg.env_id).entry_point
-    modules = ["r2v_envs", *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
-    if isinstance(entry, str):
-        modules.insert(1, entry.split(":")[0])
-    ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts
-    return ctx
-
-
-def _wait(hosts, busy: set[int]) -> list[int]:
+def _run_policy_in_workers(hosts: list[ProcessHost], policy, cfg: RunConfig, name: str, benchmark: str,
+                           max_steps: int | None, next_episode, on_finish) -> None:
+    """``policy_in_workers``: each worker drives whole episodes with its own copy of the policy and asks
+    for the next episode when a slot frees; the main process only hands out episodes and writes shards."""
+    import pickle
     from multiprocessing.connection import wait
 
-    local = [h for h in busy if isinstance(hosts[h], _LocalHost)]
-    if local:
-        return sorted(local)
-    conns = {hosts[h].conn: h for h in busy}
-    return sorted(conns[c] for c in wait(list(conns)))
+    try:
+        pickle.dumps(policy)
+    except Exception as e:  # noqa: BLE001 - lambdas, open clients, ...
+        raise ValueError(f"policy_in_workers needs a picklable policy; {name} is not ({e}). Use "
+                         "policy_in_workers=False to keep the policy in the main process") from e
+    conns = {}
+    for h in hosts:
+        h.send(("drive", policy, cfg, name, benchmark, max_steps))
+        conns[h.conn] = h
+    while conns:
+        for conn in wait(list(conns)):
+            msg = conns[conn].recv()
+            if msg[0] == "next":
+                ep = next_episode()
+                conn.send(None if ep is None else (ep.index, ep.task_id, ep.z))
+            elif msg[0] == "done":
+                on_finish(msg[2], msg[1])
+            else:  # "end"
+                del conns[conn]
 
 
 def _start(todo, index: int) -> _Episode:
@@ -489,6 +377,7 @@ def _check_manifest(cfg: RunConfig, policy_name: str, benchmark: str, max_steps:
     """Record what this run directory holds; refuse to resume it with a different env setting."""
     path = os.path.join(cfg.out_dir, "run.json")
     setting = {"env_id": cfg.env_id, "env_kwargs": json.loads(json.dumps(cfg.env_kwargs, default=str)),
+               "wrappers": list(cfg.wrappers),
                "max_steps": max_steps, "benchmark": benchmark, "policy": policy_name}
     if os.path.exists(path):
         with open(path) as fh:

@@ -26,8 +26,10 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+from pathlib import Path
 import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -87,6 +89,19 @@ def split_tasks(task_ids: Sequence[str], seed: int = SPLIT_SEED,
     shuffled = [ids[i] for i in order]
     return {"train": shuffled[:n_train], "valid": shuffled[n_train:n_train + n_valid],
             "test": shuffled[n_train + n_valid:]}
+
+
+def cache_dir(kind: str) -> Path:
+    """Where generated benchmark data of ``kind`` is cached: ``$R2V_CACHE/<kind>`` (default ``~/.cache/r2v``).
+
+    Example:
+        >>> import os; os.environ["R2V_CACHE"] = "/tmp/r2v-doc"
+        >>> str(cache_dir("textworld"))
+        '/tmp/r2v-doc/textworld'
+        >>> del os.environ["R2V_CACHE"]
+    """
+    root = os.environ.get("R2V_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "r2v")
+    return Path(root) / kind
 
 
 def check_split(split: str) -> str:

@@ -3,19 +3,24 @@
 The expert (the env's oracle ``expert_action``) acts on the true state, so its success shows that the
 perturbations never corrupt the game itself; the random baseline picks uniformly among the admissible
 actions the agent can *see*, so its success shows what the noise costs an agent that reads its inputs.
+Episodes are stepped by the shared runner (:mod:`r2v_agents.runner`), one run directory per
+(perturbation, policy) cell, so a rerun resumes and every episode is logged in the runner's shard format.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
+import zlib
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
+
+from r2v_agents.context import Context
+from r2v_agents.policy import BatchPolicy, Decision
 
 
 @dataclass
@@ -36,58 +41,83 @@ class RolloutArgs:
     """step cap per episode"""
     env_kwargs: dict[str, str] = field(default_factory=dict)
     """extra constructor arguments, e.g. suite=small"""
-    out: str | None = None
-    """write one JSON line per episode here (atomic)"""
+    out: str = "runs/rollout"
+    """run directory (one sub-directory per perturbation and policy; a rerun resumes)"""
+    workers: int = 2
+    """env worker processes"""
 
 
-def _act(policy: str, info: dict, rng: np.random.Generator) -> str:
-    if policy == "expert":
-        return info["expert_action"] or "look"
-    actions = info.get("admissible_actions") or ["look"]
-    return actions[int(rng.integers(len(actions)))]
+class RandomAdmissible(BatchPolicy):
+    """Uniform over the admissible actions the agent sees, seeded by (episode, step): reproducible anywhere."""
+
+    name = "random"
+
+    def act_batch(self, contexts: Sequence[Context], infos: Sequence[Mapping[str, Any]]) -> list[Decision]:
+        out = []
+        for ctx in contexts:
+            rng = np.random.default_rng([zlib.crc32(str(ctx.extra.get("episode_id", "")).encode()), ctx.step])
+            actions = ctx.admissible_actions or ("look",)
+            out.append(Decision(action=actions[int(rng.integers(len(actions)))], source="agent"))
+        return out
+
+
+def make_policy(name: str) -> BatchPolicy:
+    from r2v_agents.teachers import OracleTeacher
+
+    if name == "expert":
+        return OracleTeacher()
+    if name == "random":
+        return RandomAdmissible()
+    from r2v_envs.errors import UnknownChoiceError
+
+    raise UnknownChoiceError("rollout policy", name, ["expert", "random"])
 
 
 def rollout(args: RolloutArgs) -> list[dict]:
-    from tqdm.auto import tqdm
+    """Run the grid; return one record per episode (task, seed, perturbation, policy, won, steps, events)."""
+    import gymnasium as gym
 
     import r2v_envs  # noqa: F401
+    from r2v_agents.runner import RunConfig, run
+    from r2v_agents.shards import load_rows
 
-    # one env per (perturbation, z): an env keeps its game loaded, and the grid runs task by task
-    envs = {(p, z): gym.make(args.env_id, seed=z, split=args.split, max_episode_steps=args.max_steps,
-                             perturbations=None if p == "none" else p, **args.env_kwargs)
-            for p in args.perturbations for z in args.seeds}
-    task_ids = next(iter(envs.values())).unwrapped.split_task_ids()
-    task_ids = task_ids[: args.tasks] if args.tasks else task_ids
-    grid = [(t, z, p, pol) for t in task_ids for z in args.seeds for p in args.perturbations for pol in args.policies]
+    probe = gym.make(args.env_id, split=args.split, **args.env_kwargs)
+    task_ids = probe.unwrapped.split_task_ids()
+    probe.close()
+    task_ids = tuple(task_ids[: args.tasks] if args.tasks else task_ids)
     records = []
-    for task_id, z, pert, policy in tqdm(grid, desc="rollout"):
-        env = envs[pert, z]
-        rng = np.random.default_rng([z, len(records)])
-        t0 = time.perf_counter()
-        obs, info = env.reset(options={"task_id": task_id, "episode_index": 0})
-        events, steps, done = len(info["perturbations"]), 0, False
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(_act(policy, info, rng))
-            events, steps, done = events + len(info["perturbations"]), steps + 1, terminated or truncated
-        records.append({"task_id": task_id, "seed": z, "perturbation": pert, "policy": policy,
-                        "won": bool(info["won"]), "steps": steps, "events": events,
-                        "seconds": round(time.perf_counter() - t0, 4)})
-    if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-        os.replace(tmp, path)
+    for pert in args.perturbations:
+        for policy in args.policies:
+            out = Path(args.out) / f"{pert}-{policy}"
+            cfg = RunConfig(args.env_id, str(out), task_ids=task_ids, seeds=tuple(args.seeds), split=args.split,
+                            env_kwargs={**args.env_kwargs, "perturbations": None if pert == "none" else pert},
+                            max_steps=args.max_steps, workers=args.workers, policy_in_workers=True)
+            run(make_policy(policy), cfg, policy_name=policy)
+            events = defaultdict(int)
+            for row in load_rows(out, "steps", columns=["episode_id", "perturbations"]):
+                events[row["episode_id"]] += len(json.loads(row["perturbations"] or "[]"))
+            for ep in load_rows(out, "episodes"):
+                records.append({"task_id": ep["task_id"], "seed": ep["z"], "perturbation": pert, "policy": policy,
+                                "won": bool(ep["success"]), "steps": ep["steps"],
+                                "events": events[ep["episode_id"]]})
     return records
 
 
 def success_table(records: list[dict]) -> str:
-    """Markdown table: success rate per perturbation (rows) and policy (columns)."""
+    """Markdown table: success rate per perturbation (rows) and policy (columns).
+
+    Example:
+        >>> print(success_table([{"perturbation": "none", "policy": "expert", "won": True, "steps": 3,
+        ...                       "events": 0}]))
+        | perturbation | expert SR | events/step | episodes |
+        |---|---:|---:|---:|
+        | none | 100.0% | 0.00 | 1 |
+    """
     cells: dict[tuple[str, str], list[bool]] = defaultdict(list)
     events: dict[str, list[float]] = defaultdict(list)
     for r in records:
         cells[r["perturbation"], r["policy"]].append(r["won"])
-        events[r["perturbation"]].append(r["events"] / max(1, r["steps"] + 1))
+        events[r["perturbation"]].append(r["events"] / max(1, r["steps"]))
     perts = list(dict.fromkeys(r["perturbation"] for r in records))
     policies = list(dict.fromkeys(r["policy"] for r in records))
     lines = ["| perturbation | " + " | ".join(f"{p} SR" for p in policies) + " | events/step | episodes |",

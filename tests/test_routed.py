@@ -89,3 +89,23 @@ def test_routing_helps_and_oracle_router_matches_slm_failures(tmp_path):
 def test_bad_budget_is_rejected():
     with pytest.raises(ValueError):
         RoutedPolicy(slm(), OracleTeacher(), AlwaysLLM(), total_budget=-1)
+
+
+def test_routed_policy_with_a_saved_r2v_router(tmp_path):
+    pytest.importorskip("torch")
+    from r2v_agents.features import FEATURE_NAMES
+    from r2v_agents.router_mlp import RouterMLP, save_router
+    from r2v_agents.routers import MLPRouter
+
+    model = RouterMLP(in_features=15)
+    spec = {"names": list(FEATURE_NAMES), "mean": [0.0] * 15, "std": [1.0] * 15, "variant": "no_entropy"}
+    model.set_standardisation(spec["mean"], spec["std"])
+    save_router(tmp_path / "router.pt", model, spec, threshold=0.5, meta={})
+    router = MLPRouter.load(tmp_path / "router.pt")
+    agent = RoutedPolicy(slm(), OracleTeacher(), router, budget_per_episode=1)
+    run(agent, cfg(tmp_path / "run", task_ids=TASKS[:3], seeds=(0,)))
+    steps = load_rows(tmp_path / "run", "steps")
+    assert all(r["features"][:4] == [0.0] * 4 for r in steps)  # the router's variant drives the SLM features
+    expected = router.predict(np.array([r["features"] for r in steps]))
+    assert [r["router_prob"] for r in steps] == pytest.approx(expected.tolist(), abs=1e-6)
+    assert all(e["teacher_calls"] <= 1 for e in load_rows(tmp_path / "run", "episodes"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import replace
 
 import numpy as np
@@ -101,24 +99,21 @@ def test_mlp_router_with_a_torch_module_spec_and_standardisation():
         MLPRouter(model, {"names": ["a"] * 15})
 
 
-def test_mlp_router_load_wraps_router_mlp(monkeypatch, tmp_path):
-    """Until router_mlp.py lands: a stand-in module checks the wiring (load_router -> model, spec, tau, meta)."""
-    try:
-        from r2v_agents import router_mlp  # noqa: F401
-        real = True
-    except ImportError:
-        real = False
-    if real:
-        pytest.skip("covered by test_routed_mlp_roundtrip with the real router_mlp")
-    fake = types.ModuleType("r2v_agents.router_mlp")
+def test_mlp_router_loads_a_saved_router_mlp(tmp_path):
+    from r2v_agents.router_mlp import RouterMLP, save_router
 
-    class Proba:
-        def predict_proba(self, x):
-            return np.full(len(x), 0.7)
-
-    fake.load_router = lambda path: (Proba(), {"names": list(FEATURE_NAMES), "variant": "pseudo_entropy"}, 0.65,
-                                     {"path": str(path)})
-    monkeypatch.setitem(sys.modules, "r2v_agents.router_mlp", fake)
+    rng = np.random.default_rng(0)
+    f = rng.normal(2.0, 3.0, size=(64, 15)).astype(np.float32)
+    model = RouterMLP(in_features=15)
+    spec = {"names": list(FEATURE_NAMES), "mean": f.mean(0).tolist(), "std": f.std(0).tolist(),
+            "variant": "pseudo_entropy"}
+    model.set_standardisation(spec["mean"], spec["std"])
+    save_router(tmp_path / "router.pt", model, spec, threshold=0.42, meta={"mode": "cvar"})
     r = MLPRouter.load(tmp_path / "router.pt")
-    assert r.threshold == 0.65 and r.variant == "pseudo_entropy" and r.escalate(np.zeros((2, 15))).all()
-    assert MLPRouter.load(tmp_path / "router.pt", threshold=0.9).escalate(np.zeros((1, 15))).tolist() == [False]
+    assert r.threshold == pytest.approx(0.42) and r.variant == "pseudo_entropy" and r.meta["mode"] == "cvar"
+    p = r.predict(f)
+    assert p.shape == (64,) and p == pytest.approx(model.eval().predict_proba(f), abs=1e-6)  # scaled once
+    assert MLPRouter.load(tmp_path / "router.pt", threshold=1.01).escalate(f).sum() == 0
+    (tmp_path / "bad.pt").write_bytes(b"not a router")
+    with pytest.raises(ValueError):
+        MLPRouter.load(tmp_path / "bad.pt")

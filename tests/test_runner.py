@@ -65,10 +65,11 @@ def test_runner_is_deterministic_across_reruns_and_worker_counts(tmp_path):
     a = run(NoisyExpert(), config(tmp_path / "a"))
     run(NoisyExpert(), config(tmp_path / "b"))
     run(NoisyExpert(), config(tmp_path / "c", workers=2, envs_per_worker=2))
+    run(NoisyExpert(), config(tmp_path / "d", workers=2, envs_per_worker=3, policy_in_workers=True))
     assert a.episodes == len(TASKS) * len(SEEDS) and 0 < a.successes < a.episodes  # both outcomes occur
     files = shard_bytes(tmp_path / "a")
     assert len(files) == 3 * 4  # 18 episodes in shards of 5: 4 triples
-    assert files == shard_bytes(tmp_path / "b") == shard_bytes(tmp_path / "c")
+    assert files == shard_bytes(tmp_path / "b") == shard_bytes(tmp_path / "c") == shard_bytes(tmp_path / "d")
     assert not list((tmp_path / "a" / "pending").iterdir())
 
 
@@ -117,6 +118,30 @@ def test_resume_refuses_a_different_env_setting(tmp_path):
         run(OracleTeacher(), config(tmp_path, task_ids=TASKS[:1], seeds=(0,), max_steps=3))
 
 
+def test_policy_in_workers_needs_a_picklable_policy(tmp_path):
+    with pytest.raises(ValueError, match="picklable"):
+        run(lambda obs, info: "look", config(tmp_path, workers=1, policy_in_workers=True))
+
+
+class ShoutObservations:
+    """A user wrapper named by import path (RunConfig.wrappers)."""
+
+    def __new__(cls, env):
+        import gymnasium as gym
+
+        class Shout(gym.ObservationWrapper):
+            def observation(self, obs):
+                return obs.upper()
+        return Shout(env)
+
+
+def test_extra_wrappers_by_import_path(tmp_path):
+    run(OracleTeacher(), config(tmp_path, task_ids=TASKS[:1], seeds=(0,), workers=1, envs_per_worker=1,
+                                wrappers=("tests.test_runner:ShoutObservations",)))
+    steps = load_rows(tmp_path, "steps")
+    assert steps and all(r["observation"] == r["observation"].upper() for r in steps)
+
+
 def test_unknown_task_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="did you mean"):
         run(OracleTeacher(), config(tmp_path, task_ids=("scripted-O",)))
@@ -128,15 +153,18 @@ sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from test_runner import NoisyExpert, config
 from r2v_agents.runner import run
 from pathlib import Path
-run(NoisyExpert(sleep_s={sleep}), config(Path({out!r}), shard_episodes=2, workers={workers}, envs_per_worker=2))
+run(NoisyExpert(sleep_s={sleep}), config(Path({out!r}), shard_episodes=2, workers={workers}, envs_per_worker=2,
+                                         policy_in_workers={in_workers}))
 """
 
 
-def test_sigkill_then_resume_loses_nothing_and_leaves_no_corrupt_file(tmp_path):
+@pytest.mark.parametrize("in_workers", [False, True])
+def test_sigkill_then_resume_loses_nothing_and_leaves_no_corrupt_file(tmp_path, in_workers):
     ref, out = tmp_path / "ref", tmp_path / "killed"
     run(NoisyExpert(), config(ref, shard_episodes=2))
     root, tests = str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)
-    script = textwrap.dedent(SCRIPT.format(root=root, tests=tests, out=str(out), sleep=0.01, workers=1))
+    script = textwrap.dedent(SCRIPT.format(root=root, tests=tests, out=str(out), sleep=0.01, workers=1,
+                                             in_workers=in_workers))
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.time() + 60
     while time.time() < deadline and len(list(out.glob("episodes-*.parquet"))) < 2:

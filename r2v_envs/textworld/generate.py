@@ -21,13 +21,13 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from r2v_envs.core import cache_dir
 from r2v_envs.errors import BackendUnavailableError, GameGenerationError
 from r2v_envs.textworld.suite import GameSpec, get_suite
 
 
 def cache_root() -> Path:
-    root = os.environ.get("R2V_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "r2v")
-    return Path(root) / "textworld"
+    return cache_dir("textworld")
 
 
 def game_path(spec: GameSpec, root: Path | None = None) -> Path:

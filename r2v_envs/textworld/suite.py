@@ -72,11 +72,14 @@ def _cooking(level: str, i: int) -> dict[str, Any]:
 
 
 def _treasure_hunter(level: str, i: int) -> dict[str, Any]:
-    return {"level": {"easy": 1, "medium": 11, "hard": 21}[level] + i % 10}
+    # TextWorld's levels 1-10 / 11-20 / 21-30 have 5 / 10 / 20 rooms. Levels 26-30 (quests of 12-20 steps
+    # in 20 rooms) take minutes each to generate and often fail, so "hard" stops at 25 (quests of 3-10).
+    return {"level": {"easy": 1 + i % 10, "medium": 11 + i % 10, "hard": 21 + i % 5}[level]}
 
 
 def _coin_collector(level: str, i: int) -> dict[str, Any]:
-    return {"level": {"easy": 1, "medium": 101, "hard": 201}[level] + (i % 10) * 3}
+    # level = 100 * (distractor rooms per quest room) + quest length; quest lengths 1-5 / 3-7 / 5-9
+    return {"level": {"easy": 1 + i % 5, "medium": 103 + i % 5, "hard": 205 + i % 5}[level]}
 
 
 FAMILIES = {

@@ -1,0 +1,81 @@
+"""Terminal task wall time: the local sandbox backend vs plain subprocesses (no isolation).
+
+Each shipped task is played by its expert (solution commands, then the tests) on both backends; the plain
+backend is the local backend with the sandbox replaced by ``subprocess.run(["bash", "-c", ...])`` in the same
+scratch copy, so the difference is the price of isolation (namespaces, bind mounts, uid drop, rlimits).
+Rounds alternate the backends.
+
+    python benchmarks/terminal_sandbox.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import time
+
+import gymnasium as gym
+
+import r2v_envs  # noqa: F401
+from r2v_envs.terminalbench.backends import LocalBackend
+from r2v_envs.terminalbench.tasks import load_suite
+
+
+class PlainBackend(LocalBackend):
+    """The local backend without a sandbox: same session script, same scratch copy, plain bash."""
+
+    name = "plain"
+
+    def __init__(self):
+        super().__init__(isolation="rlimit")
+        self.isolation = "none"
+
+    def _exec(self, script, timeout_s, env):
+        start = time.monotonic()
+        try:
+            r = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=self.scratch, env={
+                **__import__("os").environ, **env}, capture_output=True, text=True, timeout=timeout_s)
+            return r.stdout + r.stderr, r.returncode, False, time.monotonic() - start
+        except subprocess.TimeoutExpired as exc:
+            return str(exc.stdout or ""), None, True, time.monotonic() - start
+
+
+def play(env, task_id) -> tuple[float, bool]:
+    start = time.perf_counter()
+    obs, info = env.reset(options={"task_id": task_id})
+    terminated = False
+    while not terminated:
+        obs, reward, terminated, truncated, info = env.step(info["expert_action"])
+    return time.perf_counter() - start, info["won"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    ids = sorted(load_suite())
+    envs = {"plain": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all",
+                              backend=PlainBackend()),
+            "sandbox": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend="local")}
+    times: dict[str, dict[str, list[float]]] = {name: {t: [] for t in ids} for name in envs}
+    for _ in range(args.rounds):
+        for name, env in envs.items():
+            for task_id in ids:
+                seconds, won = play(env, task_id)
+                assert won, (name, task_id)
+                times[name][task_id].append(seconds)
+    isolation = envs["sandbox"].unwrapped.backend.isolation
+    print(f"{len(ids)} tasks, {args.rounds} rounds, sandbox isolation: {isolation} (median seconds per task)")
+    print(f"{'task':24s} {'plain':>7s} {'sandbox':>8s} {'ratio':>6s}")
+    totals = {name: 0.0 for name in envs}
+    for task_id in ids:
+        med = {name: statistics.median(times[name][task_id]) for name in envs}
+        for name in envs:
+            totals[name] += med[name]
+        print(f"{task_id:24s} {med['plain']:7.2f} {med['sandbox']:8.2f} {med['sandbox'] / med['plain']:6.2f}")
+    print(f"{'total':24s} {totals['plain']:7.2f} {totals['sandbox']:8.2f} {totals['sandbox'] / totals['plain']:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

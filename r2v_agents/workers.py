@@ -1,0 +1,274 @@
+"""The env side of the rollout runner: env slots, worker processes, a fork server and a warm worker pool.
+
+A worker hosts ``envs_per_worker`` env slots (:class:`EnvSlots`) and answers batches of reset/step commands
+from the runner, or (``policy_in_workers``) drives whole episodes itself with its own copy of the policy.
+Workers are forked from a ``forkserver`` that preloaded the env's modules, and kept in :class:`WorkerPool`
+between runs with the same env setting, so a worker's engine caches stay warm.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from r2v_agents.runner import RunConfig
+
+
+def _jsonable(v: Any) -> bool:
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_jsonable(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _jsonable(x) for k, x in v.items())
+    return False
+
+
+def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.items() if _jsonable(v)}
+
+
+class EnvSlots:
+    """The env side of the runner (in a worker or in-process): slots that reset and step on command."""
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None,
+                 wrappers: tuple[str, ...] = (), idle_cap: int = 4):
+        self.env_id, self.env_kwargs, self.max_steps, self.idle_cap = env_id, dict(env_kwargs), max_steps, idle_cap
+        self.wrappers = tuple(wrappers)
+        self.active: dict[int, tuple[int, Any]] = {}
+        self.idle: dict[int, list[Any]] = {}
+
+    def _env_for(self, slot: int, z: int):
+        import gymnasium as gym
+
+        old = self.active.pop(slot, None)
+        if old is not None:
+            self.idle.setdefault(old[0], []).append(old[1])
+        pool = self.idle.get(z)
+        if pool:
+            env = pool.pop()
+        else:
+            kw = dict(self.env_kwargs)
+            if self.max_steps is not None:
+                kw["max_episode_steps"] = self.max_steps
+            env = gym.make(self.env_id, seed=z, **kw)
+            for path in self.wrappers:  # extra wrappers on top of the registered stack, innermost first
+                env = load_callable(path)(env)
+        while sum(map(len, self.idle.values())) > self.idle_cap:
+            z_old = next(k for k, v in self.idle.items() if v)
+            self.idle[z_old].pop(0).close()
+        self.active[slot] = (z, env)
+        return env
+
+    def handle(self, cmds: list[tuple]) -> list[tuple]:
+        """``("reset", slot, task_id, z)`` or ``("step", slot, action)`` -> (slot, obs, reward, terminated,
+        truncated, info, error). An env error ends the episode with ``error`` set instead of crashing."""
+        out = []
+        for cmd in cmds:
+            slot = cmd[1]
+            try:
+                if cmd[0] == "reset":
+                    obs, info = self._env_for(slot, cmd[3]).reset(
+                        options={"task_id": cmd[2], "episode_index": 0})
+                    out.append((slot, obs, 0.0, False, False, _clean_info(info), None))
+                else:
+                    obs, r, term, trunc, info = self.active[slot][1].step(cmd[2])
+                    out.append((slot, obs, float(r), bool(term), bool(trunc), _clean_info(info), None))
+            except Exception as e:  # noqa: BLE001 - recorded in the episode row, the run goes on
+                self.active.pop(slot, None)
+                out.append((slot, "", 0.0, True, False, {}, f"{type(e).__name__}: {e}"))
+        return out
+
+    def close(self) -> None:
+        for _, env in self.active.values():
+            env.close()
+        for pool in self.idle.values():
+            for env in pool:
+                env.close()
+
+
+def load_callable(path: str) -> Any:
+    """``"package.module:name"`` -> the object (wrappers are named by import path so workers can build them)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"expected 'module:callable', got {path!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...],
+                 wrappers: tuple[str, ...] = ()) -> None:
+    """An env worker. Messages: a list of reset/step commands (answered with results), ``"cpu"`` (answered
+    with its CPU seconds), ``("drive", policy, cfg, name, benchmark, max_steps)`` (run whole episodes with
+    this copy of the policy, asking the parent for episodes) and ``None`` (exit)."""
+    os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
+    import importlib
+    import sys
+
+    import r2v_envs  # noqa: F401 - registers the envs
+
+    for module in imports:
+        importlib.import_module(module)
+    slots = EnvSlots(env_id, env_kwargs, max_steps, wrappers)
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):  # parent gone (e.g. SIGKILL): exit quietly
+                break
+            if msg is None:
+                break
+            if msg == "cpu":  # CPU seconds this worker spent (the runner reports utilisation)
+                conn.send(time.process_time())
+            elif isinstance(msg, tuple) and msg[0] == "drive":
+                if "torch" in sys.modules:
+                    sys.modules["torch"].set_num_threads(1)
+                _drive_in_worker(conn, slots, *msg[1:])
+            else:
+                conn.send(slots.handle(msg))
+    finally:
+        slots.close()
+
+
+def _drive_in_worker(conn, slots: EnvSlots, policy, cfg: RunConfig, name: str, benchmark: str,
+                     max_steps: int | None) -> None:
+    from r2v_agents.runner import _drive, _Episode, episode_key
+
+    def next_episode() -> _Episode | None:
+        conn.send(("next",))
+        job = conn.recv()
+        return None if job is None else _Episode(job[0], episode_key(job[1], job[2]), job[1], job[2])
+
+    _drive([LocalHost(slots)], policy, next_episode, lambda rec, idx: conn.send(("done", idx, rec)), cfg, name,
+           benchmark, max_steps)
+    conn.send(("end",))
+
+
+class LocalHost:
+    def __init__(self, slots: EnvSlots):
+        self.slots = slots
+        self.results: list[tuple] | None = None
+
+    def send(self, cmds):
+        self.results = self.slots.handle(cmds)
+
+    def recv(self):
+        out, self.results = self.results, None
+        return out
+
+    def close(self):
+        self.slots.close()
+
+
+class ProcessHost:
+    def __init__(self, cfg: RunConfig, ctx):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, daemon=True,
+                                args=(child, cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.imports, cfg.wrappers))
+        self.proc.start()
+        child.close()
+
+    def send(self, cmds):
+        self.conn.send(cmds)
+
+    def recv(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as e:
+            self.proc.join(timeout=1)
+            raise RuntimeError(f"env worker {self.proc.pid} died (exit code {self.proc.exitcode}); scripts that "
+                               "run workers need an `if __name__ == '__main__':` guard (spawned workers "
+                               "re-import the main module)") from e
+
+    def cpu_seconds(self) -> float:
+        self.send("cpu")
+        return float(self.recv())
+
+    def close(self):
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+class WorkerPool:
+    """Env workers kept alive between :func:`run` calls with the same env setting (``keep_workers=True``):
+    a warm worker has its engine's caches filled (TextWorld parses each game family's logic once per process,
+    ~0.2-0.3 s) and its envs open. Closed at interpreter exit, or with :meth:`close_all`."""
+
+    _pools: dict[str, list[ProcessHost]] = {}
+
+    @staticmethod
+    def key(cfg: RunConfig) -> str:
+        return json.dumps([cfg.env_id, cfg.env_kwargs, cfg.max_steps, list(cfg.imports), list(cfg.wrappers)],
+                          sort_keys=True,
+                          default=str)
+
+    @classmethod
+    def take(cls, cfg: RunConfig, n: int) -> list[ProcessHost]:
+        pool = [h for h in cls._pools.pop(cls.key(cfg), []) if h.proc.is_alive()]
+        hosts, cls._pools[cls.key(cfg)] = pool[:n], pool[n:]
+        if len(hosts) < n:
+            ctx = worker_context(cfg)
+            hosts += [ProcessHost(cfg, ctx) for _ in range(n - len(hosts))]
+        return hosts
+
+    @classmethod
+    def give_back(cls, cfg: RunConfig, hosts: list[ProcessHost], keep_at_most: int = 8) -> None:
+        pool = cls._pools.setdefault(cls.key(cfg), [])
+        pool.extend(hosts)
+        while len(pool) > keep_at_most:
+            pool.pop(0).close()
+
+    @classmethod
+    def close_all(cls) -> None:
+        for hosts in cls._pools.values():
+            for h in hosts:
+                h.close()
+        cls._pools.clear()
+
+
+atexit.register(WorkerPool.close_all)
+
+
+# Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
+ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld")}
+
+
+def worker_context(cfg: RunConfig):
+    """A ``forkserver`` context whose server has imported the env's modules once: a worker then starts in
+    milliseconds instead of re-importing TextWorld (~1 s each), and never inherits the main process's threads
+    (torch, tokenizers) as a plain fork would. Falls back to ``spawn`` where forkserver is unavailable."""
+    import multiprocessing as mp
+
+    import gymnasium as gym
+
+    try:
+        ctx = mp.get_context("forkserver")
+    except ValueError:  # pragma: no cover - e.g. Windows
+        return mp.get_context("spawn")
+    entry = gym.spec(cfg.env_id).entry_point
+    modules = ["r2v_envs", *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
+    if isinstance(entry, str):
+        modules.insert(1, entry.split(":")[0])
+    ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts
+    return ctx
+
+
+def wait_ready(hosts, busy: set[int]) -> list[int]:
+    from multiprocessing.connection import wait
+
+    local = [h for h in busy if isinstance(hosts[h], LocalHost)]
+    if local:
+        return sorted(local)
+    conns = {hosts[h].conn: h for h in busy}
+    return sorted(conns[c] for c in wait(list(conns)))

@@ -1,0 +1,465 @@
+"""Isolation for untrusted code and shells: one :class:`Sandbox` with the strongest isolation the host offers.
+
+Levels, strongest first (detected at run time, see :func:`available_isolations`):
+
+* ``"bwrap"`` — bubblewrap: new PID, IPC, UTS and (unless ``limits.network``) network namespaces; a fresh
+  root with the system directories and the Python prefix bind-mounted read-only, a private ``/tmp``, ``/proc``
+  and ``/dev``; everything else (``/root``, ``/home``, ``/work``, ...) hidden. ``workdir`` is the only
+  writable host path. When the caller is root the command also drops to a throw-away unprivileged uid inside
+  the sandbox, because ``RLIMIT_NPROC`` is not enforced for root (NOTES.md): that is what stops a fork bomb.
+* ``"unshare"`` — util-linux ``unshare``: PID namespace with ``--kill-child`` (the whole tree dies with it),
+  network namespace unless ``limits.network``; the filesystem is the host's (not read-only).
+* ``"rlimit"`` — resource limits and a new session only; the tree is killed with ``killpg``. A child that
+  calls ``setsid`` escapes ``killpg`` (NOTES.md measured a 303 s pipe hold): output is read with a bounded
+  reader that stops at the deadline, so an escaped child can never block :meth:`Sandbox.run`, and after the
+  run every process whose environment carries the run's marker (``R2V_SANDBOX_RUN``) is killed too.
+
+:data:`ISOLATION_GUARANTEES` lists what each level contains; tests check exactly those.
+
+Every level applies the rlimits of :class:`SandboxLimits` (CPU time, address space, file size, open files,
+processes; core dumps off), a wall-clock deadline after which the process tree is killed, and a minimal
+environment (no host secrets) unless ``env`` adds variables.
+
+Example:
+    >>> import sys, tempfile
+    >>> sb = Sandbox()
+    >>> sb.isolation in available_isolations()
+    True
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     r = sb.run([sys.executable, "-c", "print(6 * 7)"], workdir=d)
+    >>> r.returncode, r.stdout, r.timed_out
+    (0, '42\\n', False)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from r2v_envs.errors import UnknownChoiceError
+
+ISOLATIONS: tuple[str, ...] = ("bwrap", "unshare", "rlimit")  # strongest first
+# System directories made visible (read-only) inside bwrap; symlinks (/bin -> usr/bin) are recreated as such.
+SYSTEM_PATHS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Unprivileged uids a root caller drops to: one per run, so concurrent sandboxes do not share an NPROC count.
+_UID_RANGE = (200_000, 900_000)
+_DRAIN_GRACE_S = 0.5  # after the main process exits, how long to wait for EOF on its pipes
+_CHUNK = 65536
+MARKER_VAR = "R2V_SANDBOX_RUN"
+# What each level contains ("processes": fork bombs stopped by RLIMIT_NPROC needs an unprivileged uid, see
+# Sandbox.limits_processes; "tree_kill": escaped setsid children die; "filesystem": only workdir writable,
+# host files outside the read-only system paths hidden; "network": no reachable interfaces).
+ISOLATION_GUARANTEES: dict[str, frozenset[str]] = {
+    "bwrap": frozenset({"rlimits", "tree_kill", "filesystem", "network", "environment"}),
+    "unshare": frozenset({"rlimits", "tree_kill", "network", "environment"}),
+    "rlimit": frozenset({"rlimits", "tree_kill", "environment"}),
+}
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandboxed command (each is enforced by the kernel, not by polling)."""
+
+    wall_time_s: float = 10.0  # wall-clock deadline; the whole process tree is killed after it
+    cpu_time_s: float = 10.0  # RLIMIT_CPU (SIGXCPU, then SIGKILL one second later)
+    memory_bytes: int = 1 << 30  # RLIMIT_AS, per process
+    file_size_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file a process may write
+    max_open_files: int = 256  # RLIMIT_NOFILE
+    max_processes: int = 128  # RLIMIT_NPROC (enforced only for an unprivileged uid: see the module doc)
+    network: bool = False  # keep the host network (otherwise a namespace without interfaces where available)
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "max_open_files",
+                     "max_processes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What came back from one sandboxed command. ``returncode`` is None when it was killed at the deadline;
+    a negative value -N means it died of signal N (e.g. -24 SIGXCPU for the CPU limit, -9 SIGKILL)."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    wall_time_s: float
+    isolation: str
+    output_truncated: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+# ------------------------------------------------------------------------------------------- detection
+def _probe(cmd: list[str]) -> bool:
+    try:
+        with tempfile.TemporaryDirectory(prefix="r2v-probe-") as d:
+            return subprocess.run(cmd + ["true"], cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def available_isolations() -> list[str]:
+    """The isolation levels this host supports, strongest first (probed once per process, then cached)."""
+    levels = []
+    bwrap = shutil.which("bwrap")
+    if bwrap and _probe([bwrap, *_bwrap_namespace_args(network=False),
+                                *_bwrap_mount_args("/tmp", default_readonly_paths()), "--"]):
+        levels.append("bwrap")
+    unshare = shutil.which("unshare")
+    if unshare and _probe([unshare, *_unshare_args(network=False), "--"]):
+        levels.append("unshare")
+    levels.append("rlimit")
+    return levels
+
+
+# ----------------------------------------------------------------------------------- command building
+def _bwrap_namespace_args(network: bool) -> list[str]:
+    args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try"]
+    return args if network else [*args, "--unshare-net"]
+
+
+def _bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    # /dev/shm backs multiprocessing locks and shared values (EvalPlus uses them).
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777",
+             "--tmpfs", "/tmp"]
+    binds = [p for p in readonly if os.path.exists(p) and not _under(p, SYSTEM_PATHS)]
+    # bwrap creates missing parents of a mount point 0700 (e.g. /root for a pyenv Python): an unprivileged uid
+    # could not reach the mount, so make every parent explicitly, world-traversable.
+    made: set[str] = {"/", "/tmp"}
+    for path in [*binds, workdir]:
+        parents = []
+        parent = os.path.dirname(path)
+        while parent not in made and not _under(parent, SYSTEM_PATHS) and parent != "/":
+            parents.append(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(parents):
+            args += ["--perms", "0755", "--dir", d]
+            made.add(d)
+    for path in binds:
+        args += ["--ro-bind", path, path]
+    if workdir != "/":
+        args += ["--bind", workdir, workdir]
+    return [*args, "--chdir", workdir]
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _unshare_args(network: bool) -> list[str]:
+    rootless = ["--map-root-user"] if os.geteuid() != 0 else []
+    net = [] if network else ["--net"]
+    return [*rootless, "--pid", "--fork", "--kill-child", "--mount-proc", *net]
+
+
+def default_readonly_paths() -> list[str]:
+    """The Python installation (interpreter, stdlib, site-packages), which may live outside /usr."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    return sorted(os.path.realpath(p) for p in paths)
+
+
+def minimal_env(workdir: str) -> dict[str, str]:
+    """The environment a sandboxed command gets: no host variables (tokens, keys) leak in."""
+    path = os.pathsep.join(dict.fromkeys([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]))
+    return {"PATH": path, "HOME": workdir, "TMPDIR": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+
+
+def _user_process_count() -> int:
+    uid, n = os.getuid(), 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                n += os.stat(f"/proc/{pid}").st_uid == uid
+            except OSError:
+                pass
+    return n
+
+
+class Sandbox:
+    """Runs commands under the chosen isolation level (``"auto"``: the strongest available).
+
+    ``readonly_paths`` are extra host paths visible read-only under bwrap (the Python prefix is always in).
+
+    Raises:
+        UnknownChoiceError: an isolation name that is not a level, or one this host does not support.
+    """
+
+    def __init__(self, isolation: str = "auto", limits: SandboxLimits = SandboxLimits(),
+                 readonly_paths: Sequence[str] = ()):
+        levels = available_isolations()
+        if isolation == "auto":
+            isolation = levels[0]
+        elif isolation not in levels:
+            choices = [*ISOLATIONS, "auto"] if isolation not in ISOLATIONS else [*levels, "auto"]
+            raise UnknownChoiceError("sandbox isolation" + (" on this host" if isolation in ISOLATIONS else ""),
+                                     isolation, choices)
+        self.isolation = isolation
+        self.limits = limits
+        self.readonly_paths = [*default_readonly_paths(), *(os.path.realpath(p) for p in readonly_paths)]
+        # Root is exempt from RLIMIT_NPROC; bwrap can drop to an unprivileged uid after mounting (module doc).
+        self.drops_privileges = isolation == "bwrap" and os.geteuid() == 0
+        self._setpriv = shutil.which("setpriv")
+
+    def __repr__(self) -> str:
+        return f"Sandbox(isolation={self.isolation!r}, limits={self.limits})"
+
+    @property
+    def guarantees(self) -> frozenset[str]:
+        """What this sandbox contains (:data:`ISOLATION_GUARANTEES`, plus "processes" when NPROC holds)."""
+        extra = {"processes"} if self.limits_processes else set()
+        return ISOLATION_GUARANTEES[self.isolation] | extra
+
+    @property
+    def limits_processes(self) -> bool:
+        """Whether ``max_processes`` is enforced (a fork bomb is stopped by the kernel, not only the deadline)."""
+        return os.geteuid() != 0 or self.drops_privileges
+
+    # ------------------------------------------------------------------------------------------ run
+    def run(self, argv: Sequence[str], *, workdir: str | os.PathLike, stdin: str | None = None,
+            env: Mapping[str, str] | None = None, limits: SandboxLimits | None = None,
+            max_output_bytes: int = 1_000_000) -> SandboxResult:
+        """Run ``argv`` in ``workdir`` (the only writable place) and return its output and status.
+
+        ``env`` adds to (and overrides) :func:`minimal_env`. Output beyond ``max_output_bytes`` per stream is
+        dropped (``output_truncated``). Never raises for anything the command does.
+        """
+        limits = limits or self.limits
+        _check_args(argv, workdir)
+        start = time.monotonic()
+        try:
+            proc = self.spawn(argv, workdir=workdir, env=env, limits=limits)
+        except OSError as exc:  # e.g. the program does not exist (rlimit level execs it directly)
+            return SandboxResult(127, "", f"sandbox: {exc}\n", False, time.monotonic() - start, self.isolation,
+                                 False)
+        out, err, truncated, timed_out = _communicate(proc.popen, stdin, start + limits.wall_time_s,
+                                                      max_output_bytes)
+        proc.kill()
+        return SandboxResult(None if timed_out else proc.popen.returncode, out, err, timed_out,
+                             time.monotonic() - start, self.isolation, truncated)
+
+    def spawn(self, argv: Sequence[str], *, workdir: str | os.PathLike, env: Mapping[str, str] | None = None,
+              limits: SandboxLimits | None = None) -> SandboxProcess:
+        """Start ``argv`` in the sandbox with stdin/stdout/stderr pipes and return at once (for long-lived
+        servers). ``limits.wall_time_s`` is not applied: the caller owns the deadline and must call
+        :meth:`SandboxProcess.kill`, which takes the whole tree down."""
+        limits = limits or self.limits
+        workdir = _check_args(argv, workdir)
+        marker = secrets.token_hex(8)
+        full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
+        cmd = self._command(list(argv), workdir, limits)
+        popen = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=functools.partial(_apply_rlimits, limits, self._nproc(limits)))
+        return SandboxProcess(popen, self.isolation, marker)
+
+    def _nproc(self, limits: SandboxLimits) -> int:
+        # An unprivileged caller's count covers all its processes (the uid is shared): allow those plus ours.
+        return limits.max_processes + (_user_process_count() if os.geteuid() != 0 else 0)
+
+    def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
+        if self.isolation == "bwrap":
+            prefix = [shutil.which("bwrap") or "bwrap", *_bwrap_namespace_args(limits.network),
+                      *_bwrap_mount_args(workdir, self.readonly_paths), "--"]
+            if self.drops_privileges:
+                uid = _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
+                _chown_tree(workdir, uid)
+                prefix += self._drop_to(uid)
+            return prefix + argv
+        if self.isolation == "unshare":
+            return [shutil.which("unshare") or "unshare", *_unshare_args(limits.network), "--", *argv]
+        return argv
+
+    def _drop_to(self, uid: int) -> list[str]:
+        if self._setpriv:
+            return [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        code = ("import os,sys;u=int(sys.argv[1]);os.setgroups([]);os.setgid(u);os.setuid(u);"
+                "os.execvp(sys.argv[2],sys.argv[2:])")
+        return [sys.executable, "-S", "-c", code, str(uid)]
+
+
+def _check_args(argv: Sequence[str], workdir: str | os.PathLike) -> str:
+    if isinstance(argv, (str, bytes)) or not argv:
+        raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
+    workdir = os.path.realpath(os.fspath(workdir))
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
+    return workdir
+
+
+class SandboxProcess:
+    """A running sandboxed command (from :meth:`Sandbox.spawn`); :meth:`kill` ends its whole process tree."""
+
+    def __init__(self, popen: subprocess.Popen, isolation: str, marker: str):
+        self.popen, self.isolation, self.marker = popen, isolation, marker
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the process group (bwrap/unshare then take their PID namespace down), reap, and under
+        ``rlimit`` also kill escaped processes that carry this run's marker. Idempotent."""
+        if self.popen.poll() is None:  # once reaped, its pid (= pgid) may be reused: never signal it again
+            _kill_tree(self.popen)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+        if self.isolation == "rlimit":  # no namespace kills escaped children: find them by the marker
+            _kill_marked(f"{MARKER_VAR}={self.marker}".encode())
+        for f in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+
+
+def _chown_tree(root: str, uid: int) -> None:
+    os.chown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            try:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+            except OSError:
+                pass
+
+
+def _kill_marked(needle: bytes) -> None:
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _apply_rlimits(limits: SandboxLimits, nproc: int) -> None:
+    """Runs in the child between fork and exec (so only the sandboxed tree is limited)."""
+    cpu = max(1, int(limits.cpu_time_s + 0.999))
+    for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, limits.memory_bytes),
+                       (resource.RLIMIT_FSIZE, limits.file_size_bytes), (resource.RLIMIT_CORE, 0),
+                       (resource.RLIMIT_NOFILE, limits.max_open_files), (resource.RLIMIT_NPROC, nproc)):
+        soft, hard = value if isinstance(value, tuple) else (value, value)
+        try:
+            resource.setrlimit(res, (soft, hard))
+        except (ValueError, OSError):  # cannot raise a hard limit above the caller's: keep the caller's
+            cur_hard = resource.getrlimit(res)[1]
+            resource.setrlimit(res, (min(soft, cur_hard) if cur_hard >= 0 else soft, cur_hard))
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    for target in ("group", "proc"):
+        try:
+            if target == "group":
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _communicate(proc: subprocess.Popen, stdin: str | None, deadline: float, max_bytes: int
+                 ) -> tuple[str, str, bool, bool]:
+    """Feed stdin and collect stdout/stderr until EOF or the deadline, never blocking on a pipe that an
+    escaped grandchild keeps open. Returns (stdout, stderr, truncated, timed_out)."""
+    bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    truncated = timed_out = False
+    sel = selectors.DefaultSelector()
+    for f in (proc.stdout, proc.stderr):
+        os.set_blocking(f.fileno(), False)
+        sel.register(f, selectors.EVENT_READ)
+    pending = memoryview((stdin or "").encode())
+    if pending:
+        os.set_blocking(proc.stdin.fileno(), False)
+        sel.register(proc.stdin, selectors.EVENT_WRITE)
+    else:
+        proc.stdin.close()
+    exited_at: float | None = None
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+                _kill_tree(proc)  # background children left in the group go too
+            if exited_at is not None and now > exited_at + _DRAIN_GRACE_S:
+                break  # an escaped child holds the pipe: stop reading rather than wait for it
+            if now >= deadline:
+                if exited_at is None:
+                    timed_out = True
+                    _kill_tree(proc)
+                break
+            wait = min(deadline - now, 0.05 if exited_at is None else _DRAIN_GRACE_S)
+            for key, _ in sel.select(timeout=max(wait, 0.0)):
+                f = key.fileobj
+                if f is proc.stdin:
+                    try:
+                        n = os.write(f.fileno(), pending[:_CHUNK])
+                        pending = pending[n:]
+                    except (BrokenPipeError, BlockingIOError) as exc:
+                        if isinstance(exc, BlockingIOError):
+                            continue
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(f)
+                        f.close()
+                    continue
+                try:
+                    data = os.read(f.fileno(), _CHUNK)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(f)
+                    continue
+                buf = bufs[f.fileno()]
+                room = max_bytes - len(buf)
+                if len(data) > room:
+                    truncated = True
+                buf += data[:max(room, 0)]
+    finally:
+        sel.close()
+        if proc.poll() is None:
+            _kill_tree(proc)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+            pass
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+    texts = [bytes(b).decode("utf-8", errors="replace") for b in bufs.values()]
+    return texts[0], texts[1], truncated, timed_out

@@ -1,0 +1,319 @@
+"""Where a terminal task runs: a Docker container (Terminal-Bench's way) or the local sandbox.
+
+Both backends give the same persistent-shell semantics on top of one-shot command execution: each command
+runs in a fresh ``bash`` that first restores the session (working directory and exported variables, saved by
+the previous command on exit), so ``cd`` and ``export`` carry over as in Terminal-Bench's tmux session, while
+every command keeps its own deadline and whole-tree kill. Output is stdout and stderr interleaved.
+
+* :class:`LocalBackend` — :class:`r2v_envs.sandbox.Sandbox` (bubblewrap, else ``unshare``, else rlimits) over
+  a scratch copy of the task. The task's Dockerfile is interpreted: ``WORKDIR``, ``COPY``/``ADD`` of local
+  files into the workdir, ``ENV``, and ``RUN`` steps (run in the sandbox, no network) except package installs
+  (``apt-get``, ``pip``, ``uv``, ``curl``/``wget`` downloads, ...), whose tools the host must provide. Under
+  bubblewrap the scratch workdir is mounted at the task's ``WORKDIR`` (``/app``) and the tests at ``/tests``;
+  under the weaker levels commands see the scratch path instead (``$APP_DIR``).
+* :class:`DockerBackend` — the ``docker`` SDK (imported lazily): builds the task image from its Dockerfile,
+  runs it with ``--network none`` and memory/pid limits, executes commands with ``timeout -s KILL``.
+  Chosen by ``backend="auto"`` only when an engine answers (:func:`docker_available`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shlex
+import shutil
+import tarfile
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_envs.sandbox import Sandbox, SandboxLimits
+from r2v_envs.terminalbench.tasks import TaskFormatError, TerminalTask
+
+BACKENDS = ("auto", "local", "docker")
+CWD_SENTINEL = "__R2V_CWD__:"
+_MAX_CAPTURE = 2_000_000  # bytes kept per command before the env's own (smarter) truncation
+# RUN steps that install packages or download: skipped locally (no network; the host provides the tools).
+_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda)\b")
+_HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    output: str
+    exit_code: int | None  # None when killed at the deadline
+    timed_out: bool
+    wall_time_s: float
+    cwd: str | None = None
+
+
+def session_script(state_dir: str, start_dir: str) -> str:
+    """Bash that restores the session, sources the command file, and saves the session on any exit."""
+    s = shlex.quote(state_dir)
+    return (f"exec 2>&1\ncd \"$(cat {s}/cwd 2>/dev/null || echo {shlex.quote(start_dir)})\" 2>/dev/null "
+            f"|| cd {shlex.quote(start_dir)}\n[ -f {s}/env ] && . {s}/env\n"
+            f"__r2v_save() {{ __r2v_rc=$?; pwd > {s}/cwd; "
+            f"export -p | grep -Ev '^declare -x ({_HIDDEN_VARS})=' > {s}/env; "
+            f"printf '\\n{CWD_SENTINEL}%s\\n' \"$(pwd)\"; exit $__r2v_rc; }}\n"
+            f"trap __r2v_save EXIT\n. {s}/cmd.sh\n")
+
+
+def split_cwd(output: str) -> tuple[str, str | None]:
+    """Strip the session's trailing cwd sentinel from ``output``."""
+    head, sep, tail = output.rpartition("\n" + CWD_SENTINEL)
+    if not sep:
+        return output, None
+    return head, tail.strip() or None
+
+
+class Backend(ABC):
+    """One task episode's machine: ``start`` a fresh copy, ``run`` commands, ``run_tests``, ``close``."""
+
+    name = "backend"
+
+    @abstractmethod
+    def start(self, task: TerminalTask) -> None: ...
+
+    @abstractmethod
+    def run(self, command: str, timeout_s: float) -> CommandResult: ...
+
+    @abstractmethod
+    def run_tests(self) -> CommandResult: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class _TaskSandbox(Sandbox):
+    """The shared sandbox plus bind mounts (bubblewrap only): the scratch copy appears at the task's
+    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container."""
+
+    binds: Sequence[tuple[str, str]] = ()
+
+    def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
+        cmd = super()._command(argv, workdir, limits)
+        if self.isolation != "bwrap" or not self.binds:
+            return cmd
+        i = cmd.index("--")  # end of bubblewrap's own options
+        extra = [x for src, dst in self.binds for x in ("--bind", src, dst)]
+        return [*cmd[:i], *extra, *cmd[i:]]
+
+
+class LocalBackend(Backend):
+    """Runs a task in the local sandbox over a scratch copy (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(self, isolation: str = "auto", memory_bytes: int = 2 << 30, max_processes: int = 256,
+                 file_size_bytes: int = 256 << 20):
+        self.sandbox = _TaskSandbox(isolation)
+        self.isolation = self.sandbox.isolation
+        self._limits = dict(memory_bytes=memory_bytes, max_processes=max_processes,
+                            file_size_bytes=file_size_bytes, max_open_files=1024)
+        self.scratch: Path | None = None
+        self.task: TerminalTask | None = None
+        self._env: dict[str, str] = {}
+
+    # paths as the commands see them
+    @property
+    def _mapped(self) -> bool:
+        return self.isolation == "bwrap"
+
+    def _app(self) -> str:
+        return self.task.workdir if self._mapped else str(self.scratch / "app")
+
+    def _tests(self) -> str:
+        return "/tests" if self._mapped else str(self.scratch / "tests")
+
+    def start(self, task: TerminalTask) -> None:
+        self.close()
+        self.task = task
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"r2v-tb-{task.task_id}-"))
+        (self.scratch / "app").mkdir()
+        (self.scratch / "tests").mkdir()
+        (self.scratch / ".r2v").mkdir()
+        self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(self.scratch / "tests"), "/tests")]
+        # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
+        # plugin autoloading costs ~1.5 s per pytest run here).
+        self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        for step in task.dockerfile:
+            self._apply(step, task)
+
+    def _host_path(self, container_path: str, cwd: str) -> Path:
+        path = os.path.normpath(os.path.join(cwd, container_path))
+        root = self.task.workdir.rstrip("/")
+        if path != root and not path.startswith(root + "/"):
+            raise TaskFormatError(f"{self.task.task_id}: the local backend only writes under WORKDIR "
+                                  f"{root}, not {path} (use the docker backend)")
+        return self.scratch / "app" / os.path.relpath(path, root)
+
+    def _apply(self, step, task: TerminalTask) -> None:
+        workdir = task.workdir
+        if step.op in ("COPY", "ADD") and len(step.args) >= 2:
+            *sources, dest = step.args
+            target = self._host_path(dest, workdir)
+            for src in sources:
+                src_path = task.path / src
+                if src_path.is_dir():
+                    shutil.copytree(src_path, target if dest.endswith("/") or len(sources) == 1 and
+                                    not target.is_file() else target / src_path.name, dirs_exist_ok=True)
+                elif src_path.is_file():
+                    dst = target / src_path.name if dest.endswith("/") or target.is_dir() else target
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src_path, dst)
+                else:
+                    raise TaskFormatError(f"{task.task_id}: COPY source {src} not found")
+        elif step.op == "ENV":
+            self._env[step.args[0]] = step.args[1]
+        elif step.op == "RUN" and not _INSTALL.match(step.args[0]):
+            result = self.run(step.args[0], timeout_s=120.0)
+            if result.exit_code != 0:
+                raise TaskFormatError(f"{task.task_id}: Dockerfile step `RUN {step.args[0]}` failed locally:\n"
+                                      f"{result.output[-1500:]}")
+
+    def _exec(self, script: str, timeout_s: float, env: dict[str, str]) -> tuple[str, int | None, bool, float]:
+        limits = SandboxLimits(wall_time_s=timeout_s, cpu_time_s=timeout_s, **self._limits)
+        r = self.sandbox.run(["bash", "--noprofile", "--norc", "-c", script], workdir=self.scratch,
+                             env=env, limits=limits, max_output_bytes=_MAX_CAPTURE)
+        return r.stdout + r.stderr, r.returncode, r.timed_out, r.wall_time_s
+
+    def _ensure_layout(self) -> None:
+        # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
+        # mount points and the session folder so the next command still runs.
+        for sub in ("app", "tests", ".r2v"):
+            (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        self._ensure_layout()
+        state = self.scratch / ".r2v"
+        (state / "cmd.sh").write_text(command + "\n")
+        out, code, timed_out, wall = self._exec(session_script(str(state), self._app()), timeout_s, self._env)
+        out, cwd = split_cwd(out)
+        return CommandResult(out, code, timed_out, wall, cwd)
+
+    def run_tests(self) -> CommandResult:
+        """Copy the tests in and run ``run-tests.sh`` in a fresh shell (not the agent's session)."""
+        task = self.task
+        self._ensure_layout()
+        shutil.copytree(task.tests_dir, self.scratch / "tests", dirs_exist_ok=True)
+        shutil.copy2(task.run_tests_script, self.scratch / "tests" / "run-tests.sh")
+        script = f"exec 2>&1\ncd {shlex.quote(self._app())}\nbash {shlex.quote(self._tests())}/run-tests.sh\n"
+        out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, self._env)
+        return CommandResult(out, code, timed_out, wall)
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+
+# ------------------------------------------------------------------------------------------- docker
+def docker_available(timeout_s: float = 2.0) -> bool:
+    """Whether the ``docker`` SDK is installed and an engine answers a ping."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=int(max(1, timeout_s)))
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no SDK, no socket, no permission: all mean "not available"
+        return False
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerBackend(Backend):
+    """Runs a task in a container built from its Dockerfile (``--network none``, memory and pid limits)."""
+
+    name = "docker"
+    STATE = "/tmp/.r2v"
+
+    def __init__(self, client: Any = None, mem_limit: str = "2g", pids_limit: int = 256,
+                 image_prefix: str = "r2v-tb"):
+        self._client = client
+        self.mem_limit, self.pids_limit, self.image_prefix = mem_limit, pids_limit, image_prefix
+        self.container: Any = None
+        self.task: TerminalTask | None = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                import docker
+            except ImportError as exc:
+                raise BackendUnavailableError("docker", "pip install 'r2v[docker]'") from exc
+            self._client = docker.from_env()
+        return self._client
+
+    def start(self, task: TerminalTask) -> None:
+        self.close()
+        self.task = task
+        if not (task.path / "Dockerfile").is_file():
+            raise TaskFormatError(f"{task.task_id}: the docker backend needs a Dockerfile")
+        image, _logs = self.client.images.build(path=str(task.path), tag=f"{self.image_prefix}-{task.task_id}",
+                                                rm=True)
+        self.container = self.client.containers.run(
+            image.id, command=["sleep", "infinity"], detach=True, network_mode="none",
+            mem_limit=self.mem_limit, pids_limit=self.pids_limit, working_dir=task.workdir, init=True)
+        self.container.exec_run(["mkdir", "-p", self.STATE, "/tests"])
+
+    def _exec(self, argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[str, int | None,
+                                                                                                   bool, float]:
+        start = time.monotonic()
+        code, out = self.container.exec_run(["timeout", "-s", "KILL", str(int(max(1, timeout_s))), *argv],
+                                            environment=env or {}, workdir=self.task.workdir)
+        text = (out or b"")[:_MAX_CAPTURE].decode("utf-8", errors="replace")
+        timed_out = code == 137 and time.monotonic() - start >= timeout_s - 0.5
+        return text, None if timed_out else code, timed_out, time.monotonic() - start
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        self.container.put_archive(self.STATE, _tar({"cmd.sh": (command + "\n").encode()}))
+        out, code, timed_out, wall = self._exec(["bash", "--noprofile", "--norc", "-c",
+                                                 session_script(self.STATE, self.task.workdir)], timeout_s)
+        out, cwd = split_cwd(out)
+        return CommandResult(out, code, timed_out, wall, cwd)
+
+    def run_tests(self) -> CommandResult:
+        task = self.task
+        files = {str(p.relative_to(task.tests_dir)): p.read_bytes() for p in task.tests_dir.rglob("*")
+                 if p.is_file()}
+        files["run-tests.sh"] = task.run_tests_script.read_bytes()
+        self.container.put_archive("/tests", _tar(files))
+        out, code, timed_out, wall = self._exec(["bash", "/tests/run-tests.sh"], task.max_test_timeout_s,
+                                                {"TEST_DIR": "/tests"})
+        return CommandResult(out, code, timed_out, wall)
+
+    def close(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            finally:
+                self.container = None
+
+
+def make_backend(backend: str | Backend = "auto", isolation: str = "auto") -> Backend:
+    """``"local"``, ``"docker"`` or ``"auto"`` (Docker when an engine answers, else local)."""
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in BACKENDS:
+        raise UnknownChoiceError("terminal backend", backend, BACKENDS)
+    if backend == "docker" or (backend == "auto" and docker_available()):
+        return DockerBackend()
+    return LocalBackend(isolation=isolation)
