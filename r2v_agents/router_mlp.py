@@ -7,10 +7,11 @@ validation data after training (``r2v_train.calibration``); ``predict_proba`` ap
 10.8k parameters. Dropout is ``FastDropout`` (same semantics, cheaper masks on CPU).
 
 The feature standardisation lives inside the model as buffers: callers pass raw features. ``save_router``
-stores the feature specification beside the weights: ``names`` in order, and ``feature_mean`` /
-``feature_std``, the statistics the model applies itself (recorded for checking, not for callers to apply
-again). So a router cannot silently be fed features in another order or scale: ``load_router`` checks the
-spec against the weights and against the caller's feature names and raises ``FeatureSpecError`` on mismatch.
+stores the feature specification beside the weights: ``names`` in order, and ``mean`` / ``std``, the
+statistics the model applies itself (recorded for checking; callers must not apply them again, which
+``r2v_agents.routers.MLPRouter`` respects by checking for the model's ``feature_mean`` buffer). So a router
+cannot silently be fed features in another order or scale: ``load_router`` checks the spec against the
+weights and against the caller's feature names and raises ``FeatureSpecError`` on mismatch.
 
 This module imports torch at the top: it is only imported where a learned router is used
 (``r2v_agents/__init__.py`` does not import it).
@@ -18,8 +19,8 @@ This module imports torch at the top: it is only imported where a learned router
 Example:
     >>> import numpy as np, tempfile, os
     >>> model = RouterMLP(in_features=3)
-    >>> spec = {"names": ["a", "b", "c"], "feature_mean": [0.0, 0.0, 0.0], "feature_std": [1.0, 1.0, 1.0]}
-    >>> model.set_standardisation(spec["feature_mean"], spec["feature_std"])
+    >>> spec = {"names": ["a", "b", "c"], "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+    >>> model.set_standardisation(spec["mean"], spec["std"])
     >>> path = os.path.join(tempfile.mkdtemp(), "router.pt")
     >>> save_router(path, model, spec, threshold=0.5, meta={"mode": "cvar"})
     >>> loaded, spec2, threshold, meta = load_router(path, expected_features=["a", "b", "c"])
@@ -152,10 +153,10 @@ class RouterMLP(nn.Module):
 def check_feature_spec(spec: Mapping[str, Any], in_features: int | None = None,
                        expected_features: Sequence[str] | None = None) -> None:
     """Raise ``FeatureSpecError`` unless ``spec`` has matching names/mean/std (and matches the expectations)."""
-    missing = [k for k in ("names", "feature_mean", "feature_std") if k not in spec]
+    missing = [k for k in ("names", "mean", "std") if k not in spec]
     if missing:
-        raise FeatureSpecError(f"feature spec lacks {missing}; it needs names, feature_mean and feature_std")
-    names, mean, std = list(spec["names"]), np.asarray(spec["feature_mean"]), np.asarray(spec["feature_std"])
+        raise FeatureSpecError(f"feature spec lacks {missing}; it needs names, mean and std")
+    names, mean, std = list(spec["names"]), np.asarray(spec["mean"]), np.asarray(spec["std"])
     if len(set(names)) != len(names):
         raise FeatureSpecError(f"feature names repeat: {names}")
     if mean.shape != (len(names),) or std.shape != (len(names),):
@@ -231,8 +232,8 @@ def load_router(path: str | os.PathLike, expected_features: Sequence[str] | None
 
 
 def _matches_buffers(spec: Mapping[str, Any], model: RouterMLP) -> bool:
-    return all(np.allclose(np.asarray(spec[key], dtype=np.float32), getattr(model, key).numpy(), atol=1e-6)
-               for key in ("feature_mean", "feature_std"))
+    return all(np.allclose(np.asarray(spec[key], dtype=np.float32), getattr(model, buffer).numpy(), atol=1e-6)
+               for key, buffer in (("mean", "feature_mean"), ("std", "feature_std")))
 
 
 def _plain(value: Any) -> Any:

@@ -399,7 +399,7 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     threshold = calibration.select_threshold(
         p_val, valid.y, cfg.c_slm, cfg.c_llm, cfg.kappa, rule=cfg.threshold_rule, max_escalation=cfg.max_escalation,
         rollout=valid.rollout_index()[0], alpha=cfg.alpha, lam=final_lam, epsilon=cfg.epsilon)
-    spec = {"names": names, "feature_mean": mean.tolist(), "feature_std": std.tolist()}
+    spec = {"names": names, "mean": mean.tolist(), "std": std.tolist()}
     metrics = {"identity": identity, "threshold": threshold, "temperature": model.temperature,
                "logit_bias": float(model.logit_bias), "lambda": final_lam,
                "tau_star": calibration.bayes_threshold(cfg.c_slm, cfg.c_llm, cfg.kappa),

@@ -142,7 +142,7 @@ def test_run_dir_round_trip_resume_and_reuse(tmp_path, monkeypatch):
 
 def test_feature_spec_mismatches_raise(tmp_path):
     model = RouterMLP(in_features=15)
-    spec = {"names": NAMES, "feature_mean": [0.0] * 15, "feature_std": [1.0] * 15}
+    spec = {"names": NAMES, "mean": [0.0] * 15, "std": [1.0] * 15}
     path = tmp_path / "r.pt"
     save_router(path, model, spec, threshold=0.4, meta={"note": np.float32(1.5)})
     assert load_router(path)[3] == {"note": 1.5}
@@ -153,9 +153,9 @@ def test_feature_spec_mismatches_raise(tmp_path):
     with pytest.raises(FeatureSpecError, match=r"shape \(N, 15\)"):
         model.predict_proba(np.zeros((2, 14)))
     with pytest.raises(FeatureSpecError, match="differ from the model"):
-        save_router(path, model, {**spec, "feature_mean": [1.0] * 15}, threshold=0.4, meta={})
+        save_router(path, model, {**spec, "mean": [1.0] * 15}, threshold=0.4, meta={})
     with pytest.raises(FeatureSpecError, match="16 features"):
-        wider = {"names": NAMES + ["x"], "feature_mean": [0.0] * 16, "feature_std": [1.0] * 16}
+        wider = {"names": NAMES + ["x"], "mean": [0.0] * 16, "std": [1.0] * 16}
         save_router(path, model, wider, 0.4, {})
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(FeatureSpecError, match="not a readable router"):
