@@ -99,7 +99,8 @@ def bc_dataset(rows: Any) -> Any:
            if not isinstance(r["prompt"], str) or not isinstance(r["completion"], str) or not r["completion"].strip()]
     if bad:
         raise ValueError(f"BC rows {bad[:5]} have a non-text prompt or an empty completion")
-    if any(not c.startswith(" ") or p.endswith((" ", "\n")) for p, c in zip(ds["prompt"][:100], ds["completion"][:100])):
+    head = ds.select(range(min(100, len(ds))))
+    if any(not c.startswith(" ") or p.endswith((" ", "\n")) for p, c in zip(head["prompt"], head["completion"])):
         warnings.warn("BC completions should start with a space and prompts end without one (r2v_agents.prompts."
                       "format_completion): otherwise prompt and completion tokens merge (NOTES.md TRL pitfall 4)",
                       stacklevel=2)

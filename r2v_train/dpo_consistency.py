@@ -180,7 +180,8 @@ def _classes() -> dict[str, type]:
             with nullcontext() if coef > 0 else torch.no_grad():
                 value = self.consistency_jsd(model, cons)
             mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["consistency/jsd"].append(self.accelerator.gather_for_metrics(value.detach()).mean().item())
+            gathered = self.accelerator.gather_for_metrics(value.detach())
+            self._metrics[mode]["consistency/jsd"].append(gathered.mean().item())
             if coef > 0:
                 loss = loss + coef * value
             return (loss, out[1]) if return_outputs else loss

@@ -109,7 +109,8 @@ def cvar_lagrangian(risk: torch.Tensor, p: torch.Tensor, y: torch.Tensor, lam: t
     Example:
         >>> import torch
         >>> r, p, y = torch.tensor([1.0, 3.0]), torch.tensor([0.5]), torch.tensor([1.0])
-        >>> round(float(cvar_lagrangian(r, p, y, lam=2.0, alpha=0.5, epsilon=0.1, brier_weight=1.0)), 4)  # 2+2(3-.1)+.25
+        >>> value = cvar_lagrangian(r, p, y, lam=2.0, alpha=0.5, epsilon=0.1, brier_weight=1.0)
+        >>> round(float(value), 4)  # 2 + 2 (3 - 0.1) + 0.25
         8.05
     """
     return risk.mean() + lam * (cvar(risk, alpha, eta) - epsilon) + brier_weight * brier(p, y)

@@ -176,11 +176,16 @@ class RouterData:
         """From a pyarrow Table, pandas DataFrame or mapping of columns.
 
         Features come from a list-valued ``features`` column or, with ``feature_names``, from those columns.
+        The runner's router shards (``r2v_agents.shards``: ``z``, ``episode_id``, ``task_id``) are read as
+        seed, episode and task.
         """
         cols = table.to_pydict() if hasattr(table, "to_pydict") else (
             {c: table[c].to_numpy() for c in table.columns} if hasattr(table, "columns") else dict(table))
+        for ours, theirs in (("seed", "z"), ("episode", "episode_id"), ("task", "task_id")):
+            if ours not in cols and theirs in cols:
+                cols[ours] = cols[theirs]
         if "y" not in cols or "seed" not in cols:
-            raise ValueError(f"router table needs columns y and seed; has {sorted(cols)}")
+            raise ValueError(f"router table needs columns y and seed (or z); has {sorted(cols)}")
         if feature_names is not None:
             missing = [c for c in feature_names if c not in cols]
             if missing:
@@ -199,6 +204,13 @@ class RouterData:
         import pyarrow.parquet as pq
 
         return cls.from_table(pq.read_table(os.fspath(path)), feature_names)
+
+    @classmethod
+    def from_run(cls, out_dir: str | os.PathLike) -> RouterData:
+        """The router rows (f_t, y_t) of a runner output directory (its committed ``router-*.parquet`` shards)."""
+        from r2v_agents.shards import load_table
+
+        return cls.from_table(load_table(out_dir, "router"))
 
 
 @dataclass
@@ -366,8 +378,9 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
                 dual_opt.step()
                 with torch.no_grad():
                     log_lam.clamp_(*log_lam_bounds)
-            for k, v in (("loss", float(loss.detach())), ("brier", float(brier_term.detach())), ("risk_mean", risk_mean),
-                         ("cvar", cvar_value)):
+            values = {"loss": float(loss.detach()), "brier": float(brier_term.detach()), "risk_mean": risk_mean,
+                      "cvar": cvar_value}
+            for k, v in values.items():
                 sums[k] += v * (b1 - b0)
         row = {k: v / len(train) for k, v in sums.items()}
         row.update(epoch=epoch, lam=float(log_lam.detach().exp()) if cfg.mode == "cvar" else None,
@@ -412,6 +425,32 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     return RouterTrainResult(model, spec, threshold, metrics)
 
 
+@dataclass
+class RouterTrainArgs:
+    """Train the R2V router from runner outputs (router shards of SLM-only rollouts, Algorithm 1 stage 8)."""
+
+    train: str
+    """runner output directory (or .parquet file) with the training split's router rows"""
+    valid: str
+    """runner output directory (or .parquet file) with the validation split's router rows"""
+    run_dir: str
+    """where router.pt, router_metrics.json and the resumable training state go"""
+    config: RouterTrainConfig = field(default_factory=RouterTrainConfig)
+
+
+def main(argv: Sequence[str] | None = None) -> RouterTrainResult:
+    """Command line: ``python -m r2v_train.router_train --train DIR --valid DIR --run-dir DIR [--config.mode ...]``."""
+    import tyro
+
+    args = tyro.cli(RouterTrainArgs, args=argv)
+    load = lambda p: RouterData.read_parquet(p) if str(p).endswith(".parquet") else RouterData.from_run(p)  # noqa: E731
+    result = train_router(load(args.train), load(args.valid), args.config, run_dir=args.run_dir)
+    valid = result.metrics["valid"]
+    print(f"router: threshold {result.threshold:.3f}, valid ECE {valid['ece']:.4f}, Brier {valid['brier']:.4f}, "
+          f"escalation {valid['escalation_rate']:.1%} -> {os.path.join(args.run_dir, ROUTER_FILE)}")
+    return result
+
+
 def _default_feature_names(d: int) -> list[str]:
     """The feature layout of ``r2v_agents.features`` when the width matches it, else f0..f{d-1}."""
     from r2v_agents.features import FEATURE_NAMES
@@ -436,3 +475,7 @@ def _check_identity(found: Mapping[str, Any] | None, expected: Mapping[str, Any]
 def _finite(row: dict[str, Any]) -> dict[str, Any]:
     """NaN -> None so that history rows stay valid JSON."""
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+
+
+if __name__ == "__main__":
+    main()

@@ -178,6 +178,9 @@ def test_router_data_validation_and_tables():
     assert data.features.shape == (4, 15) and data.features[0, 14] == 14
     index, n = data.rollout_index()
     assert n == 3 and index[0] != index[1] and index[2] == index[3]  # (seed, episode) names a rollout
+    runner_schema = RouterData.from_table({"features": [[0.0] * 15] * 3, "y": [1, 1, 0], "z": [5, 5, 5],
+                                           "episode_id": ["a", "a", "b"], "task_id": ["t", "t", "t"]})
+    assert runner_schema.rollout_index()[1] == 2 and list(runner_schema.task) == ["t"] * 3
     named = RouterData.from_table({**{c: np.arange(4.0) for c in NAMES}, "y": [0, 1, 1, 0], "seed": [0] * 4},
                                   feature_names=NAMES)
     assert named.feature_names == tuple(NAMES)
@@ -215,3 +218,17 @@ def test_saved_router_serves_through_the_agents_mlp_router(tmp_path):
     router = MLPRouter.load(tmp_path / rt.ROUTER_FILE)
     np.testing.assert_allclose(router.predict(f[:50]), result.model.predict_proba(f[:50]), rtol=1e-5, atol=1e-6)
     assert router.threshold == result.threshold
+
+
+def test_command_line_trains_from_parquet(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    data = heavy_tail_data(60, 6)
+    table = pa.table({"features": data.features.tolist(), "y": data.y.astype(int), "z": data.seed})
+    pq.write_table(table, tmp_path / "router.parquet")
+    result = rt.main(["--train", str(tmp_path / "router.parquet"), "--valid", str(tmp_path / "router.parquet"),
+                      "--run-dir", str(tmp_path / "run"), "--config.epochs", "1", "--config.mode", "brier",
+                      "--config.no-progress"])
+    assert (tmp_path / "run" / rt.ROUTER_FILE).exists() and result.metrics["identity"]["config"]["mode"] == "brier"
+    assert "valid ECE" in capsys.readouterr().out
