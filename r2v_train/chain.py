@@ -168,11 +168,12 @@ def read_marker(run_dir: str | os.PathLike, stage: str) -> dict[str, Any] | None
 
 
 def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[str] | None = None,
-              force: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+              force: Sequence[str] = (), stop_at_missing: bool = False) -> dict[str, dict[str, Any]]:
     """Run the stages in order over ``run_dir``; returns {stage: {"dir", "outputs", "wall_s", "skipped"}}.
 
-    ``only`` restricts the run to those stages (their upstream stages must be complete); ``force`` reruns
-    stages even when complete (and, through the keys, everything after them).
+    ``only`` restricts the run to those stages (their upstream stages must be complete, else RuntimeError, or
+    with ``stop_at_missing`` the run stops there); ``force`` reruns stages even when complete (and, through
+    the keys, everything after them).
     """
     unknown = [s for s in (*(only or ()), *force) if s not in STAGES]
     if unknown:
@@ -189,11 +190,16 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
         sdir = os.path.join(run_dir, stage)
         marker = read_marker(run_dir, stage)
         missing = [u for u in UPSTREAM[stage] if u not in ids]
+        wanted = only is None or stage in only
+        if missing and (not wanted or stop_at_missing):
+            if wanted:
+                break
+            continue
         if missing:  # only happens with ``only``: an upstream stage was not run and is not complete
             raise RuntimeError(f"stage {stage} needs {missing} complete in {run_dir}; run them first")
         key = stage_key(config, stage, [ids[u] for u in UPSTREAM[stage]])
         current = marker is not None and marker["key"] == key and stage not in force
-        if only is not None and stage not in only:
+        if not wanted:
             if current:
                 ids[stage] = marker["run_id"]
             continue
@@ -292,8 +298,10 @@ class ChainArgs:
     """the run directory (created; a rerun resumes)"""
     preset: str = "default"
     """starting config: default (paper settings) | tiny (CPU smoke run on the small TextWorld suite)"""
-    config: ChainConfig | None = None
+    config: ChainConfig = field(default_factory=ChainConfig)
     """overrides of the preset (e.g. --config.bc.max-steps 50)"""
+    env_kwargs: str = ""
+    """JSON object replacing config.env.env_kwargs (e.g. '{"suite": "default"}'; '{}' for none)"""
     only: tuple[str, ...] = ()
     """run only these stages (upstream stages must be complete)"""
     force: tuple[str, ...] = ()
@@ -326,8 +334,11 @@ def main(argv: Sequence[str] | None = None, stages: Sequence[str] | None = None)
     args = tyro.cli(ChainArgs, args=argv, default=ChainArgs(run_dir="", preset=pre, config=preset(pre)))
     if not args.run_dir:
         raise SystemExit("--run-dir is required")
+    if args.env_kwargs:
+        args.config.env.env_kwargs = json.loads(args.env_kwargs)
     only = tuple(args.only) or (tuple(stages) if stages else None)
-    results = run_chain(args.config or preset(args.preset), args.run_dir, only=only, force=args.force)
+    results = run_chain(args.config, args.run_dir, only=only, force=args.force,
+                        stop_at_missing=not args.only and bool(stages))
     for stage, r in results.items():
         print(f"{stage:12s} {'skipped' if r['skipped'] else 'ran':8s} {r['wall_s']:8.1f}s  {r['dir']}")
     return results
