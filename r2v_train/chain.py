@@ -26,13 +26,14 @@ from its partial outputs (runner shards, Trainer checkpoints, preference chunks,
 key is unchanged; with a new key its directory is cleared first. Every file is written to a temporary name and
 renamed into place.
 
-Command line: ``python -m r2v_train.chain --run-dir runs/r2v [--preset tiny] [--only bc dpo] [--config.bc.max-steps 50]``.
+Command line: ``python -m r2v_train.chain --run-dir runs/r2v [--preset tiny] [--only bc dpo]
+[--config.bc.max-steps 50]``.
 
 Example:
     >>> [s for s in STAGES]
     ['split', 'teacher', 'replay', 'bc', 'preferences', 'dpo', 'router_data', 'router']
     >>> sorted(stage_paths("runs/x"))[:3]
-    ['bc_model', 'dpo_model', 'pairs']
+    ['bc_model', 'dpo_model', 'manifest']
 """
 
 from __future__ import annotations
@@ -212,7 +213,8 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
         t0 = time.perf_counter()
         outputs = _jsonable(fns[stage](config, run_dir))
         wall = time.perf_counter() - t0
-        marker = {"stage": stage, "key": key, "run_id": uuid.uuid4().hex, "config": _jsonable(asdict(getattr(config, stage))),
+        marker = {"stage": stage, "key": key, "run_id": uuid.uuid4().hex,
+                  "config": _jsonable(asdict(getattr(config, stage))),
                   "outputs": outputs, "wall_s": wall, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         write_json_atomic(os.path.join(sdir, MARKER), marker)
         ids[stage] = marker["run_id"]

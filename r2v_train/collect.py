@@ -127,7 +127,8 @@ def split_stage(env: EnvConfig, cfg: SplitConfig, out_dir: str | os.PathLike) ->
     split["used"] = {"train": cap(split["train"], cfg.max_train_tasks),
                      "valid": cap(split["valid"], cfg.max_valid_tasks)}
     if not split["used"]["train"] or not split["used"]["valid"]:
-        raise ValueError(f"{env.env_id}: the split leaves no train or no valid task ({ {k: len(v) for k, v in split.items() if k != 'used'} })")
+        sizes = {k: len(split[k]) for k in SPLITS}
+        raise ValueError(f"{env.env_id}: the split leaves no train or no valid task ({sizes})")
     os.makedirs(out_dir, exist_ok=True)
     write_json_atomic(os.path.join(out_dir, SPLIT_FILE), split)
     return split
@@ -245,7 +246,8 @@ def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, spl
     for part, seeds in (("train", cfg.train_seeds), ("valid", cfg.valid_seeds)):
         # the SLM batches across envs in this process; env workers only step the games
         rc = RunConfig(env.env_id, os.path.join(out_dir, part), task_ids=tuple(split["used"][part]),
-                       seeds=tuple(seeds), split=part, env_kwargs={**env.env_kwargs, "perturbations": cfg.perturbations},
+                       seeds=tuple(seeds), split=part,
+                       env_kwargs={**env.env_kwargs, "perturbations": cfg.perturbations},
                        max_steps=cfg.max_steps or env.max_steps, workers=env.workers, progress=False)
         out[part] = asdict(run(policy, rc, policy_name="slm"))
     return out

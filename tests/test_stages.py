@@ -33,7 +33,8 @@ def test_choose_pair_rule():
     assert choose_pair([("go east", 0.8), ("look", 0.5)], "take coin", 0.7, adm) == ("go east", "look", "verifier")
     # below the teacher's score, or below the approval threshold: the teacher supplies the recovery action
     assert choose_pair([("go east", 0.65), ("look", 0.5)], "take coin", 0.9, adm) == ("take coin", "look", "teacher")
-    assert choose_pair([("go east", 0.55), ("look", 0.3)], "take coin", 0.5, adm) == ("take coin", "look", "teacher")
+    assert choose_pair([("go east", 0.55), ("look", 0.3)], "take coin", 0.5, adm) == \
+        ("take coin", "look", "teacher")
     # a candidate outside the visible admissible list is never approved
     assert choose_pair([("dance", 0.99), ("look", 0.5)], "take coin", 0.7, adm)[0] == "take coin"
     # a- must be worse than a+ by more than the margin; none -> no pair
