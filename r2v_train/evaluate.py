@@ -300,11 +300,11 @@ def methods_table(cells: Mapping[str, Mapping[str, Any]], order: Sequence[str] =
     Example:
         >>> cell = {"sr": 50.0, "sr_ci": [10.0, 90.0], "llm_pct": 0.0, "llm_pct_ci": [0.0, 0.0], "episodes": 2}
         >>> print(methods_table({"slm": cell}))
-        | method | SR (%) | 95% CI | LLM% | 95% CI | episodes |
+        | method | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |
         |---|---:|---:|---:|---:|---:|
         | SLM-only | 50.0 | [10.0, 90.0] | 0.0 | [0.0, 0.0] | 2 |
     """
-    lines = ["| method | SR (%) | 95% CI | LLM% | 95% CI | episodes |", "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| method | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |", "|---|---:|---:|---:|---:|---:|"]
     for m in [m for m in order if m in cells] + [m for m in cells if m not in order]:
         c = cells[m]
         lines.append(f"| {labels.get(m, m)} | {c['sr']:.1f} | [{c['sr_ci'][0]:.1f}, {c['sr_ci'][1]:.1f}] | "

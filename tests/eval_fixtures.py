@@ -54,3 +54,28 @@ def slm_rollouts(out_dir, split, tasks, seeds=(0, 1)):
                     env_kwargs={"perturbations": "composite"}, max_steps=8, progress=False)
     run(SLMPolicy(NoisySampler(), TextWorldVerifier(), k=3), cfg, policy_name="slm")
     return str(out_dir)
+
+
+SCRIPTED_TRAIN = [f"scripted-{i}" for i in range(0, 16)]
+SCRIPTED_VALID = [f"scripted-{i}" for i in range(20, 28)]
+
+
+def eval_config(**kw):
+    from r2v_train.evaluate import EvalConfig
+
+    base = dict(env_id="R2V/Scripted-v0", seeds=(0, 1), per_type=("flaky",), max_steps=8, bootstrap=300,
+                progress=False)
+    return EvalConfig(**{**base, **kw})
+
+
+def trained_run(tmp):
+    """A miniature run directory: SLM-only router data (train/valid) and a small trained router."""
+    from r2v_agents.router_mlp import save_router
+    from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+
+    train = slm_rollouts(f"{tmp}/router_data/train", "train", SCRIPTED_TRAIN)
+    valid = slm_rollouts(f"{tmp}/router_data/valid", "valid", SCRIPTED_VALID)
+    cfg = RouterTrainConfig(epochs=3, batch_size=64, progress=False, hidden=(16, 8))
+    res = train_router(RouterData.from_run(train), RouterData.from_run(valid), cfg, run_dir=f"{tmp}/router")
+    assert res.threshold is not None and ROUTER_FILE and save_router
+    return f"{tmp}/router/{ROUTER_FILE}", train, valid, cfg
