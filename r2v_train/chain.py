@@ -1,0 +1,337 @@
+"""The R2V training chain (Algorithm 1, Table 10): every stage in order over one run directory, resumable.
+
+Public API (stable; ``r2v pipeline``, evaluation and reports build on it)::
+
+    from r2v_train.chain import ChainConfig, run_chain, stage_paths
+    outputs = run_chain(ChainConfig(...), "runs/r2v")   # {stage: {"dir", "outputs", "wall_s", "skipped"}}
+
+Run-directory layout (``stage_paths(run_dir)`` returns these paths):
+
+    manifest.json                 config, package versions, seeds, git revision, per-stage status and wall time
+    split/split.json              stage 3: the env's 70/15/15 task split (seed 42) and the train/valid tasks used
+    teacher/                      stage 1: clean teacher episodes on the train tasks (runner shards) = D_exp
+    replay/                       stage 2: teacher actions replayed under perturbation seeds (shards) = D_pert
+    bc/model/                     stage 4: the BC policy (HF model dir + tokenizer); bc/init, bc/checkpoints
+    preferences/pairs.parquet     stage 5: prompt, chosen, rejected, prompt_alt, candidates (+ origin, scores)
+    dpo/model/                    stage 6: the distilled policy pi_theta (DPO + JSD consistency)
+    router_data/train/, valid/    stage 7: SLM-only rollouts of dpo/model (shards with router rows f_t, y_t)
+    router/router.pt              stage 8: the router with its feature spec and threshold (+ router_metrics.json)
+
+(Stage 3, the split, runs first because stage 1 needs the train tasks.) Each stage directory holds
+``stage.json`` once the stage finished: its config, its outputs, its wall time and a key. The key hashes the
+stage's config, the env config and the run ids of the stages it reads, so a stage is skipped when its outputs
+are complete and current; a stage whose config changed, whose ``stage.json`` is missing (outputs removed or a
+killed run) or whose upstream stage reran runs again, and so does every stage after it. A killed stage resumes
+from its partial outputs (runner shards, Trainer checkpoints, preference chunks, router epochs) as long as its
+key is unchanged; with a new key its directory is cleared first. Every file is written to a temporary name and
+renamed into place.
+
+Command line: ``python -m r2v_train.chain --run-dir runs/r2v [--preset tiny] [--only bc dpo] [--config.bc.max-steps 50]``.
+
+Example:
+    >>> [s for s in STAGES]
+    ['split', 'teacher', 'replay', 'bc', 'preferences', 'dpo', 'router_data', 'router']
+    >>> sorted(stage_paths("runs/x"))[:3]
+    ['bc_model', 'dpo_model', 'pairs']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from r2v_agents.shards import write_json_atomic
+from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
+from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
+from r2v_train.preferences import PreferenceConfig
+from r2v_train.router_train import RouterTrainConfig
+
+STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
+MARKER, MANIFEST = "stage.json", "manifest.json"
+UPSTREAM = {"split": (), "teacher": ("split",), "replay": ("teacher",), "bc": ("teacher", "replay"),
+            "preferences": ("teacher", "replay", "bc"), "dpo": ("bc", "preferences"),
+            "router_data": ("split", "dpo"), "router": ("router_data",)}
+_ENV_STAGES = ("split", "teacher", "replay", "router_data")
+
+
+@dataclass
+class ChainConfig:
+    """Every stage's config; the defaults are the paper's settings where they apply (see each dataclass)."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    bc: BCStageConfig = field(default_factory=BCStageConfig)
+    preferences: PreferenceConfig = field(default_factory=PreferenceConfig)
+    dpo: DPOStageConfig = field(default_factory=DPOStageConfig)
+    router_data: RouterDataConfig = field(default_factory=RouterDataConfig)
+    router: RouterTrainConfig = field(default_factory=lambda: RouterTrainConfig(progress=False))
+    threads: int = 2
+    """torch CPU threads of the training stages"""
+
+
+def stage_paths(run_dir: str | os.PathLike) -> dict[str, str]:
+    """The main output paths of a run directory (see the layout in the module docstring)."""
+    d = os.fspath(run_dir)
+    j = os.path.join
+    return {"manifest": j(d, MANIFEST), "split": j(d, "split", "split.json"), "teacher": j(d, "teacher"),
+            "replay": j(d, "replay"), "bc_model": j(d, "bc", "model"), "pairs": j(d, "preferences", "pairs.parquet"),
+            "dpo_model": j(d, "dpo", "model"), "router_data_train": j(d, "router_data", "train"),
+            "router_data_valid": j(d, "router_data", "valid"), "router": j(d, "router", "router.pt")}
+
+
+def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
+    from r2v_train import collect, policy_stages, preferences
+
+    def split(c, d):
+        s = collect.split_stage(c.env, c.split, os.path.join(d, "split"))
+        return {"split": stage_paths(d)["split"], "train_tasks": len(s["used"]["train"]),
+                "valid_tasks": len(s["used"]["valid"])}
+
+    def teacher(c, d):
+        tasks = collect.load_split(os.path.join(d, "split"))["used"]["train"]
+        s = collect.teacher_stage(c.env, c.teacher, tasks, os.path.join(d, "teacher"))
+        return {"dir": s.out_dir, "episodes": s.episodes + s.skipped, "success_rate": _success(s.out_dir)}
+
+    def replay(c, d):
+        s = collect.replay_stage(c.env, c.replay, os.path.join(d, "teacher"), os.path.join(d, "replay"))
+        return {"dir": s.out_dir, "episodes": s.episodes + s.skipped, "success_rate": _success(s.out_dir)}
+
+    def bc(c, d):
+        return policy_stages.bc_stage(c.bc, collect.traj_dirs(d), os.path.join(d, "bc"))
+
+    def prefs(c, d):
+        return preferences.preferences_stage(c.preferences, stage_paths(d)["bc_model"], collect.traj_dirs(d),
+                                             os.path.join(d, "preferences"))
+
+    def dpo(c, d):
+        p = stage_paths(d)
+        return policy_stages.dpo_stage(c.dpo, p["bc_model"], p["pairs"], os.path.join(d, "dpo"))
+
+    def router_data(c, d):
+        split_ = collect.load_split(os.path.join(d, "split"))
+        out = collect.router_data_stage(c.env, c.router_data, stage_paths(d)["dpo_model"], split_,
+                                        os.path.join(d, "router_data"))
+        return {part: {"dir": s["out_dir"], "success_rate": _success(s["out_dir"])} for part, s in out.items()}
+
+    def router(c, d):
+        from r2v_train.router_train import RouterData, train_router
+
+        p = stage_paths(d)
+        train, valid = RouterData.from_run(p["router_data_train"]), RouterData.from_run(p["router_data_valid"])
+        r = train_router(train, valid, c.router, run_dir=os.path.join(d, "router"))
+        v = r.metrics["valid"]
+        return {"router": p["router"], "threshold": r.threshold, "train_rows": len(train), "valid_rows": len(valid),
+                "valid_ece": v["ece"], "valid_brier": v["brier"], "escalation_rate": v["escalation_rate"]}
+
+    return {"split": split, "teacher": teacher, "replay": replay, "bc": bc, "preferences": prefs, "dpo": dpo,
+            "router_data": router_data, "router": router}
+
+
+def _success(run_dir: str) -> float:
+    from r2v_agents.shards import load_rows
+
+    eps = load_rows(run_dir, "episodes", ["success"])
+    return sum(e["success"] for e in eps) / len(eps) if eps else float("nan")
+
+
+def _jsonable(x: Any) -> Any:
+    return json.loads(json.dumps(x, default=lambda o: list(o) if isinstance(o, (tuple, set)) else str(o)))
+
+
+def stage_key(config: ChainConfig, stage: str, upstream_ids: Sequence[str]) -> str:
+    """Hash of what a stage's outputs depend on: its config, the env (for env stages), upstream run ids."""
+    parts = {"stage": stage, "config": _jsonable(asdict(getattr(config, stage))), "upstream": list(upstream_ids)}
+    if stage in _ENV_STAGES:
+        parts["env"] = _jsonable(asdict(config.env))
+    if stage == "router":
+        parts["config"].pop("progress", None)
+    return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def read_marker(run_dir: str | os.PathLike, stage: str) -> dict[str, Any] | None:
+    path = os.path.join(run_dir, stage, MARKER)
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[str] | None = None,
+              force: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+    """Run the stages in order over ``run_dir``; returns {stage: {"dir", "outputs", "wall_s", "skipped"}}.
+
+    ``only`` restricts the run to those stages (their upstream stages must be complete); ``force`` reruns
+    stages even when complete (and, through the keys, everything after them).
+    """
+    unknown = [s for s in (*(only or ()), *force) if s not in STAGES]
+    if unknown:
+        from r2v_envs.errors import UnknownChoiceError
+        raise UnknownChoiceError("stage", unknown[0], STAGES)
+    run_dir = os.fspath(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    _set_threads(config.threads)
+    manifest = _manifest(config, run_dir)
+    fns = _stage_fns()
+    ids: dict[str, str] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for stage in STAGES:
+        sdir = os.path.join(run_dir, stage)
+        marker = read_marker(run_dir, stage)
+        missing = [u for u in UPSTREAM[stage] if u not in ids]
+        if missing:  # only happens with ``only``: an upstream stage was not run and is not complete
+            raise RuntimeError(f"stage {stage} needs {missing} complete in {run_dir}; run them first")
+        key = stage_key(config, stage, [ids[u] for u in UPSTREAM[stage]])
+        current = marker is not None and marker["key"] == key and stage not in force
+        if only is not None and stage not in only:
+            if current:
+                ids[stage] = marker["run_id"]
+            continue
+        if current:
+            ids[stage] = marker["run_id"]
+            results[stage] = {"dir": sdir, "outputs": marker["outputs"], "wall_s": marker["wall_s"], "skipped": True}
+            manifest["stages"][stage] = {"status": "skipped", "wall_s": marker["wall_s"], "run_id": marker["run_id"]}
+            continue
+        _prepare_dir(sdir, key)
+        t0 = time.perf_counter()
+        outputs = _jsonable(fns[stage](config, run_dir))
+        wall = time.perf_counter() - t0
+        marker = {"stage": stage, "key": key, "run_id": uuid.uuid4().hex, "config": _jsonable(asdict(getattr(config, stage))),
+                  "outputs": outputs, "wall_s": wall, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        write_json_atomic(os.path.join(sdir, MARKER), marker)
+        ids[stage] = marker["run_id"]
+        results[stage] = {"dir": sdir, "outputs": outputs, "wall_s": wall, "skipped": False}
+        manifest["stages"][stage] = {"status": "ran", "wall_s": wall, "run_id": marker["run_id"]}
+        write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    return results
+
+
+def _prepare_dir(sdir: str, key: str) -> None:
+    """Keep partial outputs of an interrupted run with the same key (to resume); clear anything else."""
+    started = os.path.join(sdir, ".started.json")
+    if os.path.isdir(sdir):
+        old = None
+        if os.path.exists(started):
+            with open(started) as fh:
+                old = json.load(fh).get("key")
+        if old != key:
+            shutil.rmtree(sdir)
+    os.makedirs(sdir, exist_ok=True)
+    marker = os.path.join(sdir, MARKER)
+    if os.path.exists(marker):
+        os.remove(marker)  # forced rerun: not complete until it finishes again
+    write_json_atomic(started, {"key": key})
+
+
+def _set_threads(n: int) -> None:
+    if "torch" in sys.modules or n:
+        import torch
+
+        torch.set_num_threads(max(1, n))
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("r2v", "torch", "transformers", "trl", "peft", "datasets", "tokenizers", "textworld", "gymnasium",
+                "pyarrow", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _git_revision() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
+    path = os.path.join(run_dir, MANIFEST)
+    stages: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            stages = json.load(fh).get("stages", {})
+    c = config
+    manifest = {"config": _jsonable(asdict(config)), "versions": _versions(), "git_revision": _git_revision(),
+                "seeds": {"split": 42, "teacher": c.teacher.seed, "replay": list(c.replay.seeds),
+                          "bc": c.bc.seed, "preferences": c.preferences.seed, "dpo": c.dpo.seed,
+                          "router_data_train": list(c.router_data.train_seeds),
+                          "router_data_valid": list(c.router_data.valid_seeds), "router": c.router.seed},
+                "layout": {k: os.path.relpath(v, run_dir) for k, v in stage_paths(run_dir).items()},
+                "stages": stages, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_json_atomic(path, manifest)
+    return manifest
+
+
+@dataclass
+class ChainArgs:
+    """Run the R2V training chain (Algorithm 1) over one run directory; finished stages are skipped."""
+
+    run_dir: str
+    """the run directory (created; a rerun resumes)"""
+    preset: str = "default"
+    """starting config: default (paper settings) | tiny (CPU smoke run on the small TextWorld suite)"""
+    config: ChainConfig | None = None
+    """overrides of the preset (e.g. --config.bc.max-steps 50)"""
+    only: tuple[str, ...] = ()
+    """run only these stages (upstream stages must be complete)"""
+    force: tuple[str, ...] = ()
+    """rerun these stages (and the ones after them) even when complete"""
+
+
+def preset(name: str) -> ChainConfig:
+    if name == "tiny":
+        from r2v_train.configs.tiny import tiny_config
+
+        return tiny_config()
+    if name == "default":
+        return ChainConfig()
+    from r2v_envs.errors import UnknownChoiceError
+
+    raise UnknownChoiceError("chain preset", name, ["default", "tiny"])
+
+
+def main(argv: Sequence[str] | None = None, stages: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Command line of the chain; a stage module's ``main`` passes ``stages`` to run only its own stages."""
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = "default"
+    for i, a in enumerate(argv):  # the preset picks the defaults that the other flags then override
+        if a == "--preset" and i + 1 < len(argv):
+            pre = argv[i + 1]
+        elif a.startswith("--preset="):
+            pre = a.split("=", 1)[1]
+    args = tyro.cli(ChainArgs, args=argv, default=ChainArgs(run_dir="", preset=pre, config=preset(pre)))
+    if not args.run_dir:
+        raise SystemExit("--run-dir is required")
+    only = tuple(args.only) or (tuple(stages) if stages else None)
+    results = run_chain(args.config or preset(args.preset), args.run_dir, only=only, force=args.force)
+    for stage, r in results.items():
+        print(f"{stage:12s} {'skipped' if r['skipped'] else 'ran':8s} {r['wall_s']:8.1f}s  {r['dir']}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
