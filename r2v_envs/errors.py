@@ -51,3 +51,7 @@ class GameGenerationError(R2VError, RuntimeError):
 
 class FeatureSpecError(R2VError, ValueError):
     """Router features whose names, order, count or normalisation do not match what the router was trained on."""
+
+
+class TaskEnvironmentError(R2VError, RuntimeError):
+    """A task's execution environment (a container image, a sandbox) could not be prepared."""

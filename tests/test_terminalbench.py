@@ -190,8 +190,13 @@ class FakeClient:
         self.images = self
         self.containers = self
 
-    def build(self, path, tag, rm):
-        self.built = (path, tag)
+    def build(self, path, tag, rm, network_mode=None):
+        self.built = (path, tag, network_mode)
+        if getattr(self, "fail_build", False):
+            import docker.errors
+
+            raise docker.errors.BuildError("apt-get update returned a non-zero code: 100",
+                                           [{"stream": "Err:1 http://deb.debian.org bookworm InRelease\n"}])
         return type("Image", (), {"id": "sha256:abc"})(), []
 
     def run(self, image, **kw):
@@ -211,3 +216,15 @@ def test_docker_backend_requests_an_isolated_container():
     backend.close()
     assert ("remove", True) in client.container.calls
     assert isinstance(backends.make_backend("auto"), backends.LocalBackend) or backends.docker_available()
+
+
+def test_docker_build_network_and_build_failure_is_typed():
+    pytest.importorskip("docker")
+    from r2v_envs.errors import TaskEnvironmentError
+
+    client = FakeClient()
+    backends.DockerBackend(client=client, build_network="host").start(SUITE["greeting-cli"])
+    assert client.built[2] == "host" and client.run_kwargs["network_mode"] == "none"  # the task itself stays offline
+    client.fail_build = True
+    with pytest.raises(TaskEnvironmentError, match="build_network.*\n.*Err:1"):
+        backends.DockerBackend(client=client).start(SUITE["c-build-fix"])

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits
 from r2v_envs.terminalbench.tasks import TaskFormatError, TerminalTask
 
@@ -246,9 +246,12 @@ class DockerBackend(Backend):
     STATE = "/tmp/.r2v"
 
     def __init__(self, client: Any = None, mem_limit: str = "2g", pids_limit: int = 256,
-                 image_prefix: str = "r2v-tb"):
+                 image_prefix: str = "r2v-tb", build_network: str | None = None):
         self._client = client
         self.mem_limit, self.pids_limit, self.image_prefix = mem_limit, pids_limit, image_prefix
+        # Network of the *build* containers only (e.g. "host" where Dockerfiles must apt-get or pip install and
+        # the default bridge is off); the task container always runs with --network none.
+        self.build_network = build_network
         self.container: Any = None
         self.task: TerminalTask | None = None
 
@@ -267,8 +270,17 @@ class DockerBackend(Backend):
         self.task = task
         if not (task.path / "Dockerfile").is_file():
             raise TaskFormatError(f"{task.task_id}: the docker backend needs a Dockerfile")
-        image, _logs = self.client.images.build(path=str(task.path), tag=f"{self.image_prefix}-{task.task_id}",
-                                                rm=True)
+        import docker.errors
+
+        try:
+            image, _logs = self.client.images.build(path=str(task.path), tag=f"{self.image_prefix}-{task.task_id}",
+                                                    rm=True, network_mode=self.build_network)
+        except (docker.errors.BuildError, docker.errors.APIError) as exc:
+            log = "".join(chunk.get("stream", "") for chunk in getattr(exc, "build_log", None) or [])
+            hint = ("" if self.build_network else " If its Dockerfile installs packages and build containers have "
+                    "no network here, pass docker_options={'build_network': 'host'}.")
+            raise TaskEnvironmentError(f"could not build the image of {task.task_id}: {exc}.{hint}\n"
+                                       f"{log[-2000:]}") from exc
         self.container = self.client.containers.run(
             image.id, command=["sleep", "infinity"], detach=True, network_mode="none",
             mem_limit=self.mem_limit, pids_limit=self.pids_limit, working_dir=task.workdir, init=True)
@@ -308,12 +320,14 @@ class DockerBackend(Backend):
                 self.container = None
 
 
-def make_backend(backend: str | Backend = "auto", isolation: str = "auto") -> Backend:
-    """``"local"``, ``"docker"`` or ``"auto"`` (Docker when an engine answers, else local)."""
+def make_backend(backend: str | Backend = "auto", isolation: str = "auto",
+                 docker_options: dict[str, Any] | None = None) -> Backend:
+    """``"local"``, ``"docker"`` or ``"auto"`` (Docker when an engine answers, else local);
+    ``docker_options`` are keyword arguments of :class:`DockerBackend`."""
     if isinstance(backend, Backend):
         return backend
     if backend not in BACKENDS:
         raise UnknownChoiceError("terminal backend", backend, BACKENDS)
     if backend == "docker" or (backend == "auto" and docker_available()):
-        return DockerBackend()
+        return DockerBackend(**(docker_options or {}))
     return LocalBackend(isolation=isolation)

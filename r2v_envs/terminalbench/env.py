@@ -73,7 +73,8 @@ class TerminalBenchEnv(TextEnv):
     def __init__(self, seed: int | None = None, split: str = "train", task_id: str | None = None,
                  task_index: int | None = None, render_mode: str | None = None,
                  tasks_dir: str | Path | None = None, backend: str | Backend = "auto", isolation: str = "auto",
-                 command_timeout_s: float = 30.0, max_output_chars: int = 4000):
+                 command_timeout_s: float = 30.0, max_output_chars: int = 4000,
+                 docker_options: dict[str, Any] | None = None):
         super().__init__(seed=seed, split=split, task_id=task_id, task_index=task_index, render_mode=render_mode)
         self.tasks_dir = Path(tasks_dir) if tasks_dir is not None else SHIPPED_TASKS_DIR
         self.tasks: dict[str, TerminalTask] = load_suite(self.tasks_dir)
@@ -81,7 +82,7 @@ class TerminalBenchEnv(TextEnv):
             raise ValueError(f"no Terminal-Bench tasks (folders with task.yaml) under {self.tasks_dir}")
         if command_timeout_s <= 0 or max_output_chars < 100:
             raise ValueError("command_timeout_s must be positive and max_output_chars at least 100")
-        self.backend = make_backend(backend, isolation)
+        self.backend = make_backend(backend, isolation, docker_options)
         self.command_timeout_s = float(command_timeout_s)
         self.max_output_chars = int(max_output_chars)
         self._task: TerminalTask | None = None

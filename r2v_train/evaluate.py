@@ -1,0 +1,312 @@
+"""Evaluation of Sec. 5 (Table 1): six methods through the shared runner, SR and LLM% with bootstrap CIs.
+
+Methods (:data:`METHODS`), all on the test split under the composite perturbation and, optionally, under each
+perturbation type alone:
+
+* ``slm``: the SLM alone (best of K verified candidates);
+* ``entropy``: escalate when the mean token entropy is high (threshold fitted on validation, Youden's J);
+* ``heuristic``: fixed verifier rules (:class:`r2v_agents.routers.HeuristicRouter`);
+* ``r2v``: the trained, calibrated router (``router.pt``, Algorithm 2);
+* ``oracle``: HINDSIGHT upper bound: escalates every step of a (task, z) whose logged ``slm`` rollout failed,
+  so ``slm`` always runs first;
+* ``llm``: the teacher alone.
+
+Each (condition, method) cell is one runner directory ``<out>/runs/<condition>/<method>`` (resumable). Metrics
+are computed from the episode shards only: SR = mean episode success, LLM% = teacher steps / all steps (the
+runner counts a step as a teacher step when its ``source`` is "teacher" or "oracle"). 95% CIs are percentile
+bootstrap intervals over episodes (resampled with a fixed seed; LLM% as a ratio of resampled sums). Router
+calibration (ECE, Brier, reliability bins; Table 6 columns) is measured on the validation router rows
+(f_t, y_t) of SLM-only rollouts. Everything lands in ``<out>/results.json``, which the report renders.
+
+Example:
+    >>> import numpy as np
+    >>> ci = bootstrap_episodes(np.array([1, 0, 1, 1]), np.array([2, 4, 2, 2]), np.array([0, 4, 0, 1]),
+    ...                         n_boot=200, seed=0)
+    >>> ci["sr"], ci["llm_pct"]
+    (75.0, 50.0)
+    >>> ci["sr_ci"][0] <= ci["sr"] <= ci["sr_ci"][1]
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")
+METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "Heuristic router", "r2v": "R2V",
+                 "oracle": "Oracle router (hindsight)", "llm": "LLM-only"}
+PERTURBATION_TYPES: tuple[str, ...] = ("flaky", "partial", "distractor", "injection")
+RESULTS_FILE = "results.json"
+
+
+@dataclass
+class EvalConfig:
+    """Which episodes to run every method on, and how to summarise them."""
+
+    env_id: str = "R2V/TextWorld-v0"
+    """registered environment id"""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra ``gym.make`` arguments (e.g. suite); ``perturbations`` is set per condition"""
+    split: str = "test"
+    """task split evaluated"""
+    max_tasks: int = 0
+    """first N tasks of the split (0 = all)"""
+    seeds: tuple[int, ...] = (0,)
+    """perturbation seeds z; the grid is tasks x seeds"""
+    perturbations: Any = "composite"
+    """the main condition (Table 1)"""
+    per_type: tuple[str, ...] = PERTURBATION_TYPES
+    """extra conditions, one perturbation type each (empty: skip)"""
+    methods: tuple[str, ...] = METHODS
+    """methods to run (``oracle`` needs ``slm``)"""
+    max_steps: int | None = None
+    """episode step cap; None keeps the env's"""
+    workers: int = 0
+    """env worker processes of the runner"""
+    budget_per_episode: int | None = None
+    """teacher-query cap per episode for the routed methods"""
+    heuristic_threshold: float = 0.5
+    """threshold of the heuristic router"""
+    entropy_target_rate: float | None = None
+    """validation escalation rate of the entropy router; None fits Youden's J on validation labels"""
+    bootstrap: int = 1000
+    """bootstrap resamples for the CIs"""
+    bootstrap_seed: int = 0
+    """seed of the bootstrap"""
+    progress: bool = True
+    """progress bars"""
+
+    def __post_init__(self) -> None:
+        from r2v_envs.errors import UnknownChoiceError
+
+        for m in self.methods:
+            if m not in METHODS:
+                raise UnknownChoiceError("evaluation method", m, METHODS)
+        if "oracle" in self.methods and "slm" not in self.methods:
+            raise ValueError("the oracle router needs the slm method's rollouts: add 'slm' to methods")
+        if self.bootstrap < 1:
+            raise ValueError("bootstrap must be >= 1")
+        self.seeds = tuple(int(s) for s in self.seeds)
+        self.per_type, self.methods = tuple(self.per_type), tuple(self.methods)
+
+    def conditions(self) -> dict[str, Any]:
+        """Condition name -> perturbation spec; the first is the main one."""
+        main = self.perturbations if isinstance(self.perturbations, str) else "main"
+        return {main: self.perturbations, **{t: t for t in self.per_type if t != main}}
+
+
+@dataclass
+class Agents:
+    """How to build the parts of every method (factories: each run gets fresh policies).
+
+    ``slm`` returns an :class:`r2v_agents.slm.SLMPolicy`; ``teacher`` a teacher (policy with ``query_batch``);
+    ``router_path`` is the trained R2V router; ``valid_router_dir`` a runner directory with validation router
+    rows (SLM-only rollouts) for calibrating the entropy router and for ECE/Brier."""
+
+    slm: Callable[[], Any]
+    teacher: Callable[[], Any]
+    router_path: str | None = None
+    valid_router_dir: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def bootstrap_episodes(success: np.ndarray, steps: np.ndarray, teacher_steps: np.ndarray, n_boot: int = 1000,
+                       seed: int = 0) -> dict[str, Any]:
+    """SR and LLM% (in percent) with 95% percentile bootstrap CIs, resampling whole episodes."""
+    success, steps, teacher = (np.asarray(a, dtype=np.float64) for a in (success, steps, teacher_steps))
+    n = len(success)
+    if n == 0:
+        raise ValueError("no episodes to summarise")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    sr_b = success[idx].mean(axis=1) * 100
+    with np.errstate(invalid="ignore", divide="ignore"):
+        llm_b = np.nan_to_num(teacher[idx].sum(axis=1) / steps[idx].sum(axis=1)) * 100
+    llm = 100 * teacher.sum() / steps.sum() if steps.sum() else 0.0
+    ci = lambda b: [float(np.percentile(b, 2.5)), float(np.percentile(b, 97.5))]  # noqa: E731
+    return {"episodes": n, "steps": int(steps.sum()), "teacher_steps": int(teacher.sum()),
+            "sr": float(success.mean() * 100), "sr_ci": ci(sr_b), "llm_pct": float(llm), "llm_pct_ci": ci(llm_b)}
+
+
+def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """SR / LLM% with CIs from a runner directory's episode shards."""
+    from r2v_agents.shards import load_rows
+
+    rows = load_rows(run_dir, "episodes", columns=["success", "steps", "teacher_calls", "cost"])
+    out = bootstrap_episodes(np.array([r["success"] for r in rows]), np.array([r["steps"] for r in rows]),
+                             np.array([r["teacher_calls"] for r in rows]), n_boot, seed)
+    out["cost"] = float(sum(r["cost"] for r in rows))
+    return out
+
+
+def calibration_metrics(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """ECE, Brier and the reliability bins of failure probabilities ``p`` against labels ``y``."""
+    from r2v_train import calibration
+
+    p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
+    return {"n": int(len(p)), "ece": calibration.expected_calibration_error(p, y),
+            "brier": calibration.brier_score(p, y), "reliability": calibration.reliability_bins(p, y).to_dict()}
+
+
+def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
+    """Names of the non-dominated (LLM%, SR) points: no other point has lower-or-equal cost and higher-or-equal
+    SR with one strict. Sorted by cost.
+
+    Example:
+        >>> pareto_front({"a": (0, 50), "b": (30, 90), "c": (40, 80), "d": (100, 95)})
+        ['a', 'b', 'd']
+    """
+    front = [k for k, (c, s) in points.items()
+             if not any((c2 <= c and s2 >= s and (c2, s2) != (c, s)) for k2, (c2, s2) in points.items() if k2 != k)]
+    return sorted(front, key=lambda k: points[k])
+
+
+# ------------------------------------------------------------------------------------------------ routers
+def build_routers(agents: Agents, cfg: EvalConfig) -> dict[str, Any]:
+    """The deployable routers: entropy (calibrated on validation), heuristic and, if trained, R2V."""
+    from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter
+
+    routers: dict[str, Any] = {"heuristic": HeuristicRouter(cfg.heuristic_threshold)}
+    entropy = EntropyRouter()
+    if agents.valid_router_dir is not None:
+        valid = load_valid(agents.valid_router_dir)
+        entropy.calibrate(valid.features, valid.y, cfg.entropy_target_rate)
+    routers["entropy"] = entropy
+    if agents.router_path is not None and os.path.exists(agents.router_path):
+        routers["r2v"] = MLPRouter.load(agents.router_path)
+    return routers
+
+
+def load_valid(path: str | os.PathLike):
+    """Validation router rows (a runner directory, or a .parquet file) as ``RouterData``."""
+    from r2v_train.router_train import RouterData
+
+    return RouterData.read_parquet(path) if str(path).endswith(".parquet") else RouterData.from_run(path)
+
+
+def router_calibration(routers: Mapping[str, Any], valid_router_dir: str | os.PathLike) -> dict[str, Any]:
+    """ECE / Brier / reliability of each router's p on the validation rows (oracle: hindsight, not measured)."""
+    valid = load_valid(valid_router_dir)
+    out = {}
+    for name, router in routers.items():
+        if getattr(router, "hindsight", False):
+            continue
+        out[name] = {**calibration_metrics(router.predict(valid.features), valid.y),
+                     "threshold": float(router.threshold),
+                     "escalation_rate": float(np.mean(router.predict(valid.features) >= router.threshold))}
+    return out
+
+
+def make_policy(method: str, agents: Agents, routers: Mapping[str, Any], slm_run_dir: str | None,
+                cfg: EvalConfig, ablation: str = "all") -> Any:
+    """A fresh policy for ``method``."""
+    from r2v_agents.routed import RoutedPolicy
+    from r2v_agents.routers import OracleRouter
+
+    if method == "slm":
+        return agents.slm()
+    if method == "llm":
+        return agents.teacher()
+    if method == "oracle":
+        if slm_run_dir is None:
+            raise ValueError("the oracle router needs the slm rollouts of the same tasks and seeds")
+        router = OracleRouter.from_run(slm_run_dir)
+    elif method not in routers:
+        from r2v_envs.errors import UnknownChoiceError
+        raise UnknownChoiceError("router (is router.pt trained?)", method, list(routers))
+    else:
+        router = routers[method]
+    return RoutedPolicy(agents.slm(), agents.teacher(), router, budget_per_episode=cfg.budget_per_episode,
+                        ablation=ablation)
+
+
+def run_method(policy: Any, name: str, cfg: EvalConfig, spec: Any, out_dir: str | os.PathLike) -> str:
+    """Run ``policy`` over the evaluation grid under perturbation ``spec`` into ``out_dir`` (resumable)."""
+    from r2v_agents.runner import RunConfig, run
+
+    cfg_run = RunConfig(cfg.env_id, os.fspath(out_dir), task_ids=task_ids(cfg), seeds=cfg.seeds, split=cfg.split,
+                        env_kwargs={**cfg.env_kwargs, "perturbations": spec}, max_steps=cfg.max_steps,
+                        workers=cfg.workers, progress=cfg.progress)
+    run(policy, cfg_run, policy_name=name)
+    return os.fspath(out_dir)
+
+
+def task_ids(cfg: EvalConfig) -> tuple[str, ...] | None:
+    """The evaluated tasks: the split's first ``max_tasks`` (None: the whole split)."""
+    if not cfg.max_tasks:
+        return None
+    import gymnasium as gym
+
+    import r2v_envs  # noqa: F401
+
+    env = gym.make(cfg.env_id, seed=0, **{**cfg.env_kwargs, "perturbations": None})
+    try:
+        base = env.unwrapped
+        if hasattr(base, "split"):
+            base.split = cfg.split
+        return tuple(base.split_task_ids()[: cfg.max_tasks])
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------------------------ main
+def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Run every method under every condition, then write ``<out_dir>/results.json`` (returned)."""
+    from r2v_agents.shards import write_json_atomic
+
+    out = Path(out_dir)
+    routers = build_routers(agents, cfg)
+    results: dict[str, Any] = {"config": _jsonable(asdict(cfg)), "methods": list(cfg.methods),
+                               "main_condition": next(iter(cfg.conditions())), "conditions": {}, "runs": {}}
+    for cond, spec in cfg.conditions().items():
+        cells, dirs = {}, {}
+        for method in cfg.methods:
+            if method == "r2v" and "r2v" not in routers:
+                continue  # no trained router: the table shows the baselines only
+            run_dir = out / "runs" / cond / method
+            policy = make_policy(method, agents, routers, dirs.get("slm"), cfg)
+            dirs[method] = run_method(policy, method, cfg, spec, run_dir)
+            cells[method] = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
+        results["conditions"][cond] = cells
+        results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}
+    if agents.valid_router_dir is not None:
+        results["calibration"] = router_calibration(routers, agents.valid_router_dir)
+    main = results["conditions"][results["main_condition"]]
+    results["pareto"] = pareto_front({m: (c["llm_pct"], c["sr"]) for m, c in main.items() if m != "oracle"})
+    write_json_atomic(out / RESULTS_FILE, results)
+    return results
+
+
+def load_results(out_dir: str | os.PathLike) -> dict[str, Any]:
+    with open(Path(out_dir) / RESULTS_FILE) as fh:
+        return json.load(fh)
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def methods_table(cells: Mapping[str, Mapping[str, Any]], order: Sequence[str] = METHODS,
+                  labels: Mapping[str, str] = METHOD_LABELS) -> str:
+    """Markdown table of SR and LLM% with their 95% CIs (one row per method, in ``order``).
+
+    Example:
+        >>> cell = {"sr": 50.0, "sr_ci": [10.0, 90.0], "llm_pct": 0.0, "llm_pct_ci": [0.0, 0.0], "episodes": 2}
+        >>> print(methods_table({"slm": cell}))
+        | method | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |
+        |---|---:|---:|---:|---:|---:|
+        | SLM-only | 50.0 | [10.0, 90.0] | 0.0 | [0.0, 0.0] | 2 |
+    """
+    lines = ["| method | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |", "|---|---:|---:|---:|---:|---:|"]
+    for m in [m for m in order if m in cells] + [m for m in cells if m not in order]:
+        c = cells[m]
+        lines.append(f"| {labels.get(m, m)} | {c['sr']:.1f} | [{c['sr_ci'][0]:.1f}, {c['sr_ci'][1]:.1f}] | "
+                     f"{c['llm_pct']:.1f} | [{c['llm_pct_ci'][0]:.1f}, {c['llm_pct_ci'][1]:.1f}] | {c['episodes']} |")
+    return "\n".join(lines)

@@ -1,0 +1,248 @@
+"""``r2v pipeline --config <yaml>``: the training chain, the evaluation, the ablations asked for and the report.
+
+A YAML file (see ``r2v_train/configs/*.yaml``) names a chain ``preset`` and overrides any field of the chain
+(:class:`r2v_train.chain.ChainConfig`), the evaluation (:class:`r2v_train.evaluate.EvalConfig`; its env
+defaults to the chain's) and lists ``ablations`` to run. Everything is resumable: the chain skips finished
+stages, the runner skips finished episodes, trained ablation routers are reloaded. The run directory gets
+``pipeline.json`` (the resolved config, stage timings) next to the chain's ``manifest.json``.
+
+Example:
+    >>> cfg = load_config({"preset": "tiny", "chain": {"router": {"epochs": 2}},
+    ...                    "evaluate": {"seeds": [0, 1], "per_type": []}})
+    >>> cfg.chain.router.epochs, cfg.evaluate.seeds, cfg.evaluate.env_id
+    (2, (0, 1), 'R2V/TextWorld-v0')
+    >>> load_config({"chain": {"rooter": {}}})
+    Traceback (most recent call last):
+    ...
+    r2v_envs.errors.UnknownChoiceError: unknown ChainConfig field 'rooter'; did you mean 'router'? ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from r2v_train.evaluate import Agents, EvalConfig
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
+
+
+@dataclass
+class PipelineConfig:
+    chain: Any
+    """the training chain's config (r2v_train.chain.ChainConfig)"""
+    evaluate: EvalConfig = field(default_factory=EvalConfig)
+    """evaluation of the six methods"""
+    ablations: tuple[str, ...] = ()
+    """ablations to run after the evaluation: features, closed_source, cvar, consistency"""
+
+
+def _override(obj: Any, values: Mapping[str, Any]) -> Any:
+    """``obj`` (a dataclass) with ``values`` set, recursing into nested dataclasses; lists become tuples where
+    the field's default is a tuple."""
+    from r2v_envs.errors import UnknownChoiceError
+
+    names = {f.name: f for f in dataclasses.fields(obj)}
+    changes = {}
+    for key, value in (values or {}).items():
+        key = key.replace("-", "_")
+        if key not in names:
+            raise UnknownChoiceError(f"{type(obj).__name__} field", key, list(names))
+        cur = getattr(obj, key)
+        if dataclasses.is_dataclass(cur) and isinstance(value, Mapping):
+            value = _override(cur, value)
+        elif isinstance(cur, tuple) and isinstance(value, list):
+            value = tuple(value)
+        changes[key] = value
+    return dataclasses.replace(obj, **changes)
+
+
+def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> PipelineConfig:
+    """A :class:`PipelineConfig` from a YAML path (or an already-parsed mapping); None: the embedded default."""
+    from r2v_train.chain import preset
+
+    if source is None or isinstance(source, (str, os.PathLike)):
+        import yaml
+
+        with open(source or DEFAULT_CONFIG) as fh:
+            data = yaml.safe_load(fh) or {}
+    else:
+        data = dict(source)
+    unknown = set(data) - {"preset", "chain", "evaluate", "ablations", "description"}
+    if unknown:
+        from r2v_envs.errors import UnknownChoiceError
+        raise UnknownChoiceError("pipeline config key", sorted(unknown)[0],
+                                 ["preset", "chain", "evaluate", "ablations", "description"])
+    chain = _override(preset(data.get("preset", "default")), data.get("chain") or {})
+    env = chain.env  # the evaluation runs on the chain's env unless the file says otherwise
+    ev = EvalConfig(env_id=env.env_id, env_kwargs=dict(env.env_kwargs), max_steps=env.max_steps, workers=env.workers)
+    ev = _override(ev, data.get("evaluate") or {})
+    from r2v_train.ablations import ABLATION_NAMES
+
+    for a in data.get("ablations") or ():
+        if a not in ABLATION_NAMES:
+            from r2v_envs.errors import UnknownChoiceError
+            raise UnknownChoiceError("ablation", a, ABLATION_NAMES)
+    return PipelineConfig(chain=chain, evaluate=ev, ablations=tuple(data.get("ablations") or ()))
+
+
+def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
+    """The evaluation's parts from a chain run directory: the DPO policy (BC if DPO is absent), the teacher, the
+    router and the validation router rows."""
+    from r2v_train.chain import stage_paths
+    from r2v_train.collect import make_teacher, slm_policy
+
+    p = stage_paths(run_dir)
+    model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
+    return Agents(slm=lambda: slm_policy(model, chain.router_data), teacher=lambda: make_teacher(chain.teacher.teacher),
+                  router_path=p["router"], valid_router_dir=p["router_data_valid"])
+
+
+def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
+    """``retrain(lam, out_dir) -> SLM factory`` for the lambda_cons sweep: the chain's DPO stage from the run's BC
+    model and preference pairs with ``consistency_coef = lam``."""
+    from r2v_train.chain import stage_paths
+    from r2v_train.collect import slm_policy
+    from r2v_train.policy_stages import dpo_stage
+
+    p = stage_paths(run_dir)
+
+    def retrain(lam: float, out_dir: str):
+        out = dpo_stage(dataclasses.replace(chain.dpo, consistency_coef=lam), p["bc_model"], p["pairs"], out_dir)
+        return lambda: slm_policy(out["model"], chain.router_data)
+    return retrain
+
+
+def run_ablation(name: str, cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, Any]:
+    from r2v_train import ablations
+    from r2v_train.chain import stage_paths
+
+    p, agents = stage_paths(run_dir), agents_from_run(cfg.chain, run_dir)
+    ev = dataclasses.replace(cfg.evaluate, per_type=())
+    if name == "features":
+        return ablations.ablate_features(agents, ev, run_dir)
+    if name == "closed_source":
+        return ablations.ablate_closed_source(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
+                                              cfg.chain.router)
+    if name == "cvar":
+        return ablations.ablate_cvar(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
+                                     router_cfg=cfg.chain.router)
+    if name == "consistency":
+        return ablations.ablate_consistency(agents, ev, run_dir, dpo_retrainer(cfg.chain, run_dir))
+    from r2v_envs.errors import UnknownChoiceError
+    raise UnknownChoiceError("ablation", name, ablations.ABLATION_NAMES)
+
+
+def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Chain -> evaluation -> ablations -> report; returns the summary also written to ``pipeline.json``."""
+    from r2v_agents.shards import write_json_atomic
+    from r2v_train.chain import run_chain
+    from r2v_train.evaluate import evaluate
+    from r2v_train.report import write_report
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    chain_out = run_chain(cfg.chain, run_dir)
+    timings["chain"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    results = evaluate(agents_from_run(cfg.chain, run_dir), cfg.evaluate, run_dir / "eval")
+    timings["evaluate"] = time.perf_counter() - t
+    for name in cfg.ablations:
+        t = time.perf_counter()
+        run_ablation(name, cfg, run_dir)
+        timings[f"ablation {name}"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - t0
+    stage_times = [f"{s} " + ("(done before)" if o.get("skipped") else f"{o.get('wall_s', 0):.0f} s")
+                   for s, o in chain_out.items()]
+    extra = {"chain stages": ", ".join(stage_times),
+             **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items()}}
+    report = write_report(run_dir, extra=extra)
+    summary = {"config": _jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "report": str(report),
+               "main": results["conditions"][results["main_condition"]],
+               "calibration": {k: {"ece": v["ece"], "brier": v["brier"]}
+                               for k, v in (results.get("calibration") or {}).items()}}
+    write_json_atomic(run_dir / "pipeline.json", summary)
+    return summary
+
+
+def _jsonable(x: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(x, default=str))
+
+
+def summary_text(summary: Mapping[str, Any]) -> str:
+    """The closing summary printed by ``r2v pipeline``."""
+    from r2v_train.evaluate import methods_table
+
+    lines = ["", methods_table(summary["main"]), ""]
+    for name, c in summary["calibration"].items():
+        lines.append(f"router {name}: validation ECE {c['ece']:.4f}, Brier {c['brier']:.4f}")
+    lines.append(f"total {summary['timings_s']['total']:.0f} s; report: {summary['report']}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ commands
+@dataclass
+class PipelineArgs:
+    """Run the whole R2V pipeline (chain, evaluation, ablations, report) into a run directory; resumable."""
+
+    config: str = str(DEFAULT_CONFIG)
+    """YAML config (default: the embedded CPU default)"""
+    run_dir: str = "runs/r2v"
+    """run directory (a rerun resumes)"""
+
+
+@dataclass
+class RunDirArgs:
+    """Act on an existing run directory made by ``r2v pipeline`` (or the chain) with the same config."""
+
+    run_dir: str = "runs/r2v"
+    """run directory"""
+    config: str = str(DEFAULT_CONFIG)
+    """the YAML config the run was made with"""
+
+
+def _pipeline(args: PipelineArgs) -> None:
+    print(summary_text(run_pipeline(load_config(args.config), args.run_dir)))
+
+
+def _evaluate(args: RunDirArgs) -> None:
+    from r2v_train.evaluate import evaluate, methods_table
+
+    cfg = load_config(args.config)
+    r = evaluate(agents_from_run(cfg.chain, args.run_dir), cfg.evaluate, Path(args.run_dir) / "eval")
+    print(methods_table(r["conditions"][r["main_condition"]]))
+
+
+def _report(args: RunDirArgs) -> None:
+    from r2v_train.report import write_report
+
+    print(write_report(args.run_dir))
+
+
+def _ablate(name: str):
+    def cmd(args: RunDirArgs) -> None:
+        from r2v_train.report import ablation_table, write_report
+
+        out = run_ablation(name, load_config(args.config), args.run_dir)
+        print(ablation_table(out["rows"]))
+        if (Path(args.run_dir) / "eval" / "results.json").exists():
+            print(write_report(args.run_dir))
+    return cmd
+
+
+def register_commands() -> dict[str, tuple[Any, type]]:
+    """Subcommands for ``r2v_train.cli.COMMANDS`` (name -> (function, tyro args class))."""
+    return {"pipeline": (_pipeline, PipelineArgs), "evaluate": (_evaluate, RunDirArgs), "report": (_report, RunDirArgs),
+            "ablate-features": (_ablate("features"), RunDirArgs),
+            "ablate-closed-source": (_ablate("closed_source"), RunDirArgs),
+            "ablate-cvar": (_ablate("cvar"), RunDirArgs), "ablate-consistency": (_ablate("consistency"), RunDirArgs)}

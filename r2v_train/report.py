@@ -1,0 +1,214 @@
+"""The markdown report of a run: Table 1, per-perturbation results, router calibration, ablations and plots.
+
+Rendered only from ``<run>/eval/results.json`` (see :mod:`r2v_train.evaluate`) and the ablation results in
+``<run>/ablations/*.json`` (see :mod:`r2v_train.ablations`), so every number in ``report.md`` can be traced to
+the shards it was computed from. Plots (PNG, matplotlib's Agg backend, no display needed):
+
+* ``pareto.png``: success vs teacher usage (LLM%) of every method with 95% CI bars and the Pareto frontier of
+  the deployable methods (Figure 3); the hindsight oracle is drawn hollow and kept off the frontier;
+* ``reliability-<router>.png``: a reliability diagram per router on the validation rows, ECE in the title.
+
+Example:
+    >>> print(calibration_table({"r2v": {"ece": 0.05, "brier": 0.1, "threshold": 0.5, "escalation_rate": 0.3,
+    ...                                  "n": 10}}))
+    | router | ECE | Brier | threshold | valid escalation | rows |
+    |---|---:|---:|---:|---:|---:|
+    | r2v | 0.0500 | 0.1000 | 0.500 | 30.0% | 10 |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from r2v_train.evaluate import METHOD_LABELS, METHODS, load_results, methods_table
+
+REPORT_FILE = "report.md"
+ABLATION_TITLES = {
+    "features": "Feature-group masking at inference, no retraining (Table 7)",
+    "closed_source": "Closed-source feature variants (Table 6)",
+    "cvar": "CVaR (alpha, epsilon) grid, router retrained (Table 5)",
+    "consistency": "lambda_cons sweep, DPO retrained (Table 4)",
+}
+
+
+def calibration_table(cal: Mapping[str, Mapping[str, Any]]) -> str:
+    lines = ["| router | ECE | Brier | threshold | valid escalation | rows |", "|---|---:|---:|---:|---:|---:|"]
+    for name, c in cal.items():
+        lines.append(f"| {name} | {c['ece']:.4f} | {c['brier']:.4f} | {c['threshold']:.3f} | "
+                     f"{100 * c['escalation_rate']:.1f}% | {c['n']} |")
+    return "\n".join(lines)
+
+
+def per_type_table(conditions: Mapping[str, Mapping[str, Any]], methods: list[str]) -> str:
+    """SR (LLM%) of every method (columns) under every condition (rows)."""
+    cols = [m for m in METHODS if m in methods]
+    lines = ["| condition | " + " | ".join(f"{METHOD_LABELS[m]} SR (LLM%)" for m in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for cond, cells in conditions.items():
+        vals = [f"{cells[m]['sr']:.1f} ({cells[m]['llm_pct']:.1f})" if m in cells else "-" for m in cols]
+        lines.append(f"| {cond} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
+
+
+def ablation_table(rows: list[Mapping[str, Any]]) -> str:
+    """Rows share their keys: ``setting`` first, then SR / LLM% and whatever else the ablation measured."""
+    if not rows:
+        return "(no rows)"
+    keys = [k for k in rows[0] if k not in ("run_dir",)]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4f}" if abs(v) < 1 else f"{v:.1f}"
+        if isinstance(v, list) and len(v) == 2 and all(isinstance(x, float) for x in v):
+            return f"[{v[0]:.1f}, {v[1]:.1f}]"
+        return "-" if v is None else str(v)
+
+    return "\n".join(["| " + " | ".join(keys) + " |", "|---|" + "---:|" * (len(keys) - 1)]
+                     + ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows])
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_pareto(results: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Figure 3: SR vs LLM% of the main condition's methods with CI bars and the Pareto frontier."""
+    plt = _pyplot()
+    cells = results["conditions"][results["main_condition"]]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for m, c in cells.items():
+        x, y = c["llm_pct"], c["sr"]
+        xerr = [[x - c["llm_pct_ci"][0]], [c["llm_pct_ci"][1] - x]]
+        yerr = [[y - c["sr_ci"][0]], [c["sr_ci"][1] - y]]
+        hollow = m == "oracle"
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, mfc="none" if hollow else None,
+                    label=METHOD_LABELS.get(m, m))
+    front = [m for m in results.get("pareto", []) if m in cells]
+    if front:
+        ax.plot([cells[m]["llm_pct"] for m in front], [cells[m]["sr"] for m in front], "k--", lw=1,
+                label="Pareto frontier")
+    ax.set_xlabel("LLM% (steps escalated to the teacher)")
+    ax.set_ylabel("success rate (%)")
+    ax.set_title(f"Cost / success ({results['main_condition']})")
+    ax.set_xlim(-5, 105)
+    ax.set_ylim(-5, 105)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_reliability(name: str, cal: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Reliability diagram: observed failure rate vs mean predicted p per bin, bar width ~ bin, counts below."""
+    plt = _pyplot()
+    rel = cal["reliability"]
+    edges = rel["edges"]
+    fig, (ax, axc) = plt.subplots(2, 1, figsize=(4.5, 5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
+    width = edges[1] - edges[0]
+    rates = [r if r is not None else 0.0 for r in rel["rate"]]
+    ax.bar(centers, rates, width=width * 0.9, alpha=0.7, label="observed failure rate")
+    pts = [(mp, r) for mp, r in zip(rel["mean_p"], rel["rate"]) if mp is not None]
+    if pts:
+        ax.plot(*zip(*pts), "ro", ms=3, label="(mean p, rate)")
+    ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+    ax.set_ylabel("P(episode fails)")
+    ax.set_title(f"{name}: ECE {cal['ece']:.3f}, Brier {cal['brier']:.3f}")
+    ax.legend(fontsize=7, loc="upper left")
+    axc.bar(centers, rel["count"], width=width * 0.9, color="gray")
+    axc.set_xlabel("predicted failure probability p")
+    axc.set_ylabel("rows")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _save(fig: Any, path: str | os.PathLike) -> None:
+    import matplotlib.pyplot as plt
+
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------ report
+def load_ablations(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """``<run_dir>/ablations/<name>.json`` files written by :mod:`r2v_train.ablations`."""
+    out = {}
+    d = Path(run_dir) / "ablations"
+    for name in ABLATION_TITLES:
+        p = d / f"{name}.json"
+        if p.exists():
+            out[name] = json.loads(p.read_text())
+    return out
+
+
+def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None = None,
+                 extra: Mapping[str, Any] | None = None) -> Path:
+    """Render ``<run_dir>/report.md`` (and the PNGs next to it) from the evaluation and ablation results.
+
+    ``extra`` adds a "Run" section (e.g. stage timings, manifest facts) as key: value lines."""
+    run_dir = Path(run_dir)
+    results = load_results(eval_dir or run_dir / "eval")
+    main = results["main_condition"]
+    cells = results["conditions"][main]
+    parts = ["# R2V run report", "",
+             f"Environment `{results['config']['env_id']}`, split `{results['config']['split']}`, seeds "
+             f"{results['config']['seeds']}; numbers from `eval/{'results.json'}` (runner shards under `eval/runs/`).",
+             "SR = episode success rate; LLM% = share of steps whose action came from the teacher. "
+             "95% CIs: percentile bootstrap over episodes "
+             f"({results['config']['bootstrap']} resamples, seed {results['config']['bootstrap_seed']}).", ""]
+    if extra:
+        parts += ["## Run", ""] + [f"- {k}: {v}" for k, v in extra.items()] + [""]
+    parts += [f"## Table 1: methods under `{main}` perturbations", "", methods_table(cells), "",
+              "The oracle router is a hindsight upper bound (it knows which SLM rollouts fail), not a deployable "
+              "method.", ""]
+    if len(results["conditions"]) > 1:
+        parts += ["## Per perturbation type", "", per_type_table(results["conditions"], results["methods"]), ""]
+    plot_pareto(results, run_dir / "pareto.png")
+    parts += ["## Cost / success (Figure 3)", "",
+              f"Pareto frontier (deployable methods): {', '.join(results.get('pareto', []))}.", "",
+              "![Pareto frontier](pareto.png)", ""]
+    cal = results.get("calibration") or {}
+    if cal:
+        parts += ["## Router calibration on validation (Table 6 columns)", "", calibration_table(cal), ""]
+        for name, c in cal.items():
+            plot_reliability(name, c, run_dir / f"reliability-{name}.png")
+            parts += [f"![reliability {name}](reliability-{name}.png)", ""]
+    for name, abl in load_ablations(run_dir).items():
+        parts += [f"## Ablation: {ABLATION_TITLES[name]}", "", ablation_table(abl["rows"]), ""]
+    from r2v_agents.router_mlp import atomic_write
+
+    path = run_dir / REPORT_FILE
+    text = "\n".join(parts).encode()
+    atomic_write(path, lambda f: f.write(text))
+    return path
+
+
+def parse_markdown_table(text: str, heading: str) -> list[dict[str, str]]:
+    """The first markdown table after the line starting with ``heading`` (for checking a report's numbers).
+
+    Example:
+        >>> parse_markdown_table("## T\\n\\n| a | b |\\n|---|---:|\\n| x | 1.0 |\\n", "## T")
+        [{'a': 'x', 'b': '1.0'}]
+    """
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    header, body = rows[0], rows[2:]
+    return [dict(zip(header, r)) for r in body]

@@ -1,0 +1,82 @@
+"""Shared fixtures of the evaluation/report/ablation tests: a real runner on the scripted env, with a noisy
+stand-in sampler in place of a language model (the unit under test is the evaluation layer, not the SLM)."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from r2v_agents.policy import Candidate
+
+ACTIONS = ("go east", "go west", "look", "take coin", "take key", "take gem", "take map")
+
+
+class NoisySampler:
+    """K candidates per prompt drawn from a fixed action set, seeded by the prompt: reproducible, sometimes
+    fatal ("go west" in room 0 loses), with token entropies that vary with the draw."""
+
+    def __init__(self, p_good: float = 0.75):
+        self.p_good = p_good
+
+    def sample(self, prompts, k):
+        out = []
+        for prompt in prompts:
+            rng = np.random.default_rng(zlib.crc32(prompt.encode()))
+            cands = []
+            last = prompt.rsplit("Observation:", 1)[-1]  # read only the latest observation, as a weak model would
+            for _ in range(k):
+                a = ACTIONS[int(rng.integers(len(ACTIONS)))] if rng.random() > self.p_good else \
+                    ("go east" if "exit to the east" in last else
+                     "take " + next((w for w in ("coin", "key", "gem", "map") if f"a {w} on" in last), "coin"))
+                h = float(rng.uniform(0.05, 2.0))
+                cands.append(Candidate(a, -h, token_logprobs=(-h, -h / 2), token_entropies=(h, h)))
+            out.append(cands)
+        return out
+
+
+def make_agents(tmp, router_path=None, valid_dir=None):
+    from r2v_agents.slm import SLMPolicy
+    from r2v_agents.teachers import OracleTeacher
+    from r2v_agents.verifiers.textworld import TextWorldVerifier
+    from r2v_train.evaluate import Agents
+
+    return Agents(slm=lambda: SLMPolicy(NoisySampler(), TextWorldVerifier(), k=3), teacher=OracleTeacher,
+                  router_path=router_path, valid_router_dir=valid_dir)
+
+
+def slm_rollouts(out_dir, split, tasks, seeds=(0, 1)):
+    """SLM-only rollouts (router rows) of the scripted env's ``split``."""
+    from r2v_agents.runner import RunConfig, run
+    from r2v_agents.slm import SLMPolicy
+    from r2v_agents.verifiers.textworld import TextWorldVerifier
+
+    cfg = RunConfig("R2V/Scripted-v0", str(out_dir), task_ids=tuple(tasks), seeds=tuple(seeds), split=split,
+                    env_kwargs={"perturbations": "composite"}, max_steps=10, progress=False)
+    run(SLMPolicy(NoisySampler(), TextWorldVerifier(), k=3), cfg, policy_name="slm")
+    return str(out_dir)
+
+
+SCRIPTED_TRAIN = [f"scripted-{i}" for i in range(0, 16)]
+SCRIPTED_VALID = [f"scripted-{i}" for i in range(20, 28)]
+
+
+def eval_config(**kw):
+    from r2v_train.evaluate import EvalConfig
+
+    base = dict(env_id="R2V/Scripted-v0", seeds=(0, 1), per_type=("flaky",), max_steps=10, bootstrap=300,
+                progress=False)
+    return EvalConfig(**{**base, **kw})
+
+
+def trained_run(tmp):
+    """A miniature run directory: SLM-only router data (train/valid) and a small trained router."""
+    from r2v_agents.router_mlp import save_router
+    from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+
+    train = slm_rollouts(f"{tmp}/router_data/train", "train", SCRIPTED_TRAIN)
+    valid = slm_rollouts(f"{tmp}/router_data/valid", "valid", SCRIPTED_VALID)
+    cfg = RouterTrainConfig(epochs=10, batch_size=64, progress=False, hidden=(16, 8), mode="brier", kappa=4.0)
+    res = train_router(RouterData.from_run(train), RouterData.from_run(valid), cfg, run_dir=f"{tmp}/router")
+    assert res.threshold is not None and ROUTER_FILE and save_router
+    return f"{tmp}/router/{ROUTER_FILE}", train, valid, cfg

@@ -1,0 +1,96 @@
+"""Evaluation: the six methods through the real runner on the scripted env, and the statistics."""
+
+import json
+
+import numpy as np
+import pytest
+
+from r2v_agents.shards import load_rows
+from r2v_envs.errors import UnknownChoiceError
+from r2v_train.evaluate import RESULTS_FILE, EvalConfig, bootstrap_episodes, evaluate, pareto_front
+from tests.eval_fixtures import eval_config, make_agents, trained_run
+
+SEED = 0
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("eval")
+    router, _, valid, _ = trained_run(tmp)
+    results = evaluate(make_agents(tmp, router, valid), eval_config(), tmp / "eval")
+    return tmp, results
+
+
+def test_bootstrap_is_reproducible_and_brackets_the_estimate():
+    rng = np.random.default_rng(SEED)
+    s, n = rng.random(50) < 0.7, rng.integers(1, 10, 50)
+    t = np.minimum(n, rng.integers(0, 5, 50))
+    a, b = bootstrap_episodes(s, n, t, 500, SEED), bootstrap_episodes(s, n, t, 500, SEED)
+    assert a == b
+    assert a["sr"] == pytest.approx(100 * s.mean()) and a["llm_pct"] == pytest.approx(100 * t.sum() / n.sum())
+    for k in ("sr", "llm_pct"):
+        lo, hi = a[f"{k}_ci"]
+        assert lo <= a[k] <= hi and hi - lo > 0
+    with pytest.raises(ValueError):
+        bootstrap_episodes(np.array([]), np.array([]), np.array([]))
+
+
+def test_config_rejects_bad_methods():
+    with pytest.raises(UnknownChoiceError):
+        EvalConfig(methods=("slm", "gpt"))
+    with pytest.raises(ValueError, match="oracle"):
+        EvalConfig(methods=("oracle",))
+
+
+def test_pareto_front_keeps_non_dominated_points():
+    assert pareto_front({"a": (10, 50), "b": (20, 40), "c": (5, 50)}) == ["c"]
+
+
+def test_every_method_and_condition_is_run_and_matches_its_shards(evaluated):
+    tmp, results = evaluated
+    assert json.loads((tmp / "eval" / RESULTS_FILE).read_text()) == results
+    assert list(results["conditions"]) == ["composite", "flaky"]
+    for cond, cells in results["conditions"].items():
+        assert set(cells) == {"slm", "entropy", "heuristic", "r2v", "oracle", "llm"}
+        for method, cell in cells.items():
+            run_dir = tmp / "eval" / results["runs"][cond][method]
+            steps = load_rows(run_dir, "steps", columns=["episode_id", "source"])
+            eps = load_rows(run_dir, "episodes", columns=["success"])
+            teacher = sum(s["source"] in ("teacher", "oracle") for s in steps)
+            assert cell["episodes"] == len(eps) == 12
+            assert cell["sr"] == pytest.approx(100 * np.mean([e["success"] for e in eps]))
+            assert cell["llm_pct"] == pytest.approx(100 * teacher / len(steps))
+    main = results["conditions"]["composite"]
+    assert main["slm"]["llm_pct"] == 0 and main["llm"]["llm_pct"] == 100
+    assert main["slm"]["sr"] < main["llm"]["sr"] == 100
+
+
+def test_oracle_escalates_exactly_the_failed_slm_rollouts(evaluated):
+    tmp, results = evaluated
+    runs = results["runs"]["composite"]
+    failed = {(e["task_id"], e["z"]) for e in load_rows(tmp / "eval" / runs["slm"], "episodes") if not e["success"]}
+    assert failed
+    for s in load_rows(tmp / "eval" / runs["oracle"], "steps", columns=["task_id", "z", "source"]):
+        assert (s["source"] == "oracle") == ((s["task_id"], s["z"]) in failed)
+    assert results["conditions"]["composite"]["oracle"]["sr"] == 100
+
+
+def test_router_calibration_on_validation(evaluated):
+    _, results = evaluated
+    cal = results["calibration"]
+    assert set(cal) == {"entropy", "heuristic", "r2v"}
+    for c in cal.values():
+        assert 0 <= c["ece"] <= 1 and 0 <= c["brier"] <= 1 and sum(c["reliability"]["count"]) == c["n"] > 0
+
+
+def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
+    tmp, results = evaluated
+    import r2v_agents.runner as runner
+
+    seen = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda *a, **k: seen.append(real(*a, **k).episodes))
+    again = evaluate(make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid")),
+                     eval_config(), tmp / "eval")
+    assert seen and not any(seen)
+    assert again["conditions"] == results["conditions"]
