@@ -1,6 +1,10 @@
 """The ``r2v`` command: one subcommand per job.
 
-    r2v rollout                       # expert + random baseline through perturbed TextWorld, success table
+    r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v   # the whole chain + report
+    r2v evaluate | report | ablate-features | ablate-closed-source | ablate-cvar | ablate-consistency
+    r2v train --run-dir runs/r2v --preset tiny   # the training chain only (Algorithm 1); also per stage:
+    r2v collect | preferences | distill | router-train
+    r2v rollout                       # expert + random baseline through perturbed envs, success table
     r2v textworld-generate --suite default --workers 2
 """
 
@@ -35,14 +39,30 @@ def _generate(args: GenerateArgs) -> None:
     print(f"{len(paths)} games in {cache_root()}")
 
 
-COMMANDS = {"rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs)}
+def _commands() -> dict:
+    from r2v_train.pipeline import register_commands
+
+    return {**register_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs)}
+
+
+COMMANDS = _commands()
+# Stage commands that parse their own arguments (module:function called with the remaining argv).
+SELF_PARSING = {"train": "r2v_train.chain:main", "collect": "r2v_train.collect:main",
+                "preferences": "r2v_train.preferences:main", "distill": "r2v_train.policy_stages:main",
+                "router-train": "r2v_train.router_train:main"}
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SELF_PARSING:
+        import importlib
+
+        module, fn = SELF_PARSING[argv[0]].split(":")
+        getattr(importlib.import_module(module), fn)(argv[1:])
+        return
     if not argv or argv[0] not in COMMANDS:
         print(__doc__.strip())
-        print("\ncommands: " + ", ".join(COMMANDS))
+        print("\ncommands: " + ", ".join([*COMMANDS, *SELF_PARSING]))
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
     fn, cls = COMMANDS[argv[0]]
     fn(tyro.cli(cls, args=argv[1:], prog=f"r2v {argv[0]}"))
