@@ -10,16 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from r2v_agents.tiny import EOS, build_tiny_model, env_corpus, train_tokenizer  # noqa: E402
+from r2v_agents.tiny import EOS, build_tiny_model  # noqa: E402
 from r2v_train.bc import DONE_FILE, BCConfig, bc_dataset, train_bc  # noqa: E402
+from tests.tiny_fixtures import scripted_corpus_and_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
-    texts = env_corpus("R2V/Scripted-v0", task_ids=[f"scripted-{i}" for i in range(4)], seeds=(0,),
-                       perturbations=None)
-    tok = train_tokenizer(texts, vocab_size=400)
+    texts, tok = scripted_corpus_and_tokenizer()
     rows = []
     for text in texts:  # "<prompt>\nAction: <action><EOS>" -> prompt ending in "Action:", completion " <action>"
         prompt, action = text[: -len(EOS)].rsplit("\nAction:", 1)

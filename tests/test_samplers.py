@@ -13,16 +13,15 @@ from r2v_agents.prompts import build_prompt, format_completion  # noqa: E402
 from r2v_agents.samplers import Sampler  # noqa: E402
 from r2v_agents.samplers.transformers_sampler import TransformersSampler  # noqa: E402
 from r2v_agents.slm import SLMPolicy  # noqa: E402
-from r2v_agents.tiny import EOS, build_tiny_model, env_corpus, train_tokenizer  # noqa: E402
+from r2v_agents.tiny import EOS, build_tiny_model  # noqa: E402
 from r2v_agents.verifiers.textworld import TextWorldVerifier  # noqa: E402
+from tests.tiny_fixtures import scripted_corpus_and_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
-    texts = env_corpus("R2V/Scripted-v0", task_ids=[f"scripted-{i}" for i in range(4)], seeds=(0,),
-                       perturbations=None)
-    tok = train_tokenizer(texts, vocab_size=400)
+    texts, tok = scripted_corpus_and_tokenizer()
     model = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128)
     return tok, model, texts
 
