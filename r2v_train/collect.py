@@ -70,7 +70,15 @@ class TeacherConfig:
     """Stage 1: clean teacher trajectories on the train tasks."""
 
     teacher: str = "oracle"
-    """teacher policy: oracle (the env's expert action)"""
+    """teacher policy: oracle (the env's expert action) or openai (any OpenAI-compatible chat endpoint)"""
+    model: str = ""
+    """openai teacher: model name at the endpoint"""
+    base_url: str = ""
+    """openai teacher: endpoint (empty: api.openai.com; e.g. http://host:8000/v1 for `vllm serve`)"""
+    api_key_env: str = "OPENAI_API_KEY"
+    """openai teacher: environment variable holding the key"""
+    budget: int = 0
+    """openai teacher: most HTTP requests in total (0: unlimited)"""
     seed: int = 0
     """perturbation seed z of the clean episodes (no perturbation is applied; z names the episode)"""
 
@@ -103,6 +111,11 @@ class RouterDataConfig:
     """sampling temperature"""
     sampler_seed: int = 0
     """seed of candidate sampling (reproducible reruns)"""
+    sampler: str = "transformers"
+    """candidate sampler: transformers (CPU/GPU, in-process), vllm (GPU, in-process) or openai (a `vllm serve`
+    or other OpenAI-compatible completions server hosting the model)"""
+    sampler_base_url: str = ""
+    """openai sampler: the server's base URL, e.g. http://gpu-box:8000/v1"""
     max_steps: int | None = None
     """step cap of these rollouts (None: the env config's)"""
 
@@ -140,14 +153,21 @@ def load_split(split_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------------- stage 1
-def make_teacher(name: str) -> BatchPolicy:
-    from r2v_agents.teachers import OracleTeacher
+def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
+    """The teacher pi_T: the env's oracle, or an OpenAI-compatible chat model (``cfg.model`` at ``cfg.base_url``)."""
+    from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig, OracleTeacher
 
-    if name == "oracle":
+    cfg = TeacherConfig(teacher=cfg) if isinstance(cfg, str) else cfg
+    if cfg.teacher == "oracle":
         return OracleTeacher()
+    if cfg.teacher == "openai":
+        if not cfg.model:
+            raise ValueError("the openai teacher needs teacher.model (the model name at the endpoint)")
+        return OpenAITeacher(OpenAITeacherConfig(model=cfg.model, base_url=cfg.base_url or None,
+                                                 api_key_env=cfg.api_key_env, budget=cfg.budget or None))
     from r2v_envs.errors import UnknownChoiceError
 
-    raise UnknownChoiceError("teacher", name, ["oracle"])
+    raise UnknownChoiceError("teacher", cfg.teacher, ["oracle", "openai"])
 
 
 def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], out_dir: str | os.PathLike):
@@ -157,7 +177,7 @@ def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], o
     rc = RunConfig(env.env_id, os.fspath(out_dir), task_ids=tuple(task_ids), seeds=(cfg.seed,), split="train",
                    env_kwargs={**env.env_kwargs, "perturbations": None}, max_steps=env.max_steps,
                    workers=env.workers, policy_in_workers=env.workers > 0, progress=False)
-    return run(make_teacher(cfg.teacher), rc, policy_name=cfg.teacher)
+    return run(make_teacher(cfg), rc, policy_name=cfg.teacher)
 
 
 # --------------------------------------------------------------------------------------------------- stage 2
@@ -225,15 +245,34 @@ def traj_dirs(run_dir: str | os.PathLike) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------- stage 7
-def slm_policy(model_dir: str, cfg: RouterDataConfig):
-    """The SLM-only policy of Algorithm 2 (lines 3-5) on a saved model: K samples, TextWorld verifier, f_t."""
-    from r2v_agents.samplers.transformers_sampler import TransformersSampler
-    from r2v_agents.slm import SLMPolicy
-    from r2v_agents.verifiers.textworld import TextWorldVerifier
+def make_sampler(model_dir: str, cfg: RouterDataConfig):
+    """The SLM's candidate sampler over a saved model (``cfg.sampler``: transformers, vllm or openai)."""
+    opts = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
+    if cfg.sampler == "transformers":
+        from r2v_agents.samplers.transformers_sampler import TransformersSampler
 
-    sampler = TransformersSampler.from_pretrained(model_dir, max_new_tokens=cfg.max_new_tokens,
-                                                  temperature=cfg.temperature, seed=cfg.sampler_seed)
-    return SLMPolicy(sampler, TextWorldVerifier(), k=cfg.k)
+        return TransformersSampler.from_pretrained(model_dir, seed=cfg.sampler_seed, **opts)
+    if cfg.sampler == "vllm":
+        from r2v_agents.samplers.vllm_sampler import VLLMSampler
+
+        return VLLMSampler(model_dir, seed=cfg.sampler_seed, **opts)
+    if cfg.sampler == "openai":
+        from r2v_agents.samplers.openai_sampler import OpenAISampler
+
+        if not cfg.sampler_base_url:
+            raise ValueError("the openai sampler needs router_data.sampler_base_url (the `vllm serve` endpoint)")
+        return OpenAISampler(model=model_dir, base_url=cfg.sampler_base_url, **opts)
+    from r2v_envs.errors import UnknownChoiceError
+
+    raise UnknownChoiceError("sampler", cfg.sampler, ["transformers", "vllm", "openai"])
+
+
+def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWorld-v0"):
+    """The SLM-only policy of Algorithm 2 (lines 3-5) on a saved model: K samples, the benchmark's verifier, f_t."""
+    from r2v_agents.slm import SLMPolicy
+    from r2v_agents.verifiers import verifier_for
+
+    return SLMPolicy(make_sampler(model_dir, cfg), verifier_for(env_id), k=cfg.k)
 
 
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],
@@ -241,7 +280,7 @@ def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, spl
     """SLM-only rollouts into ``out_dir/train`` and ``out_dir/valid``; returns both runner summaries."""
     from r2v_agents.runner import RunConfig, run
 
-    policy = slm_policy(model_dir, cfg)
+    policy = slm_policy(model_dir, cfg, env.env_id)
     out = {}
     for part, seeds in (("train", cfg.train_seeds), ("valid", cfg.valid_seeds)):
         # the SLM batches across envs in this process; env workers only step the games

@@ -100,7 +100,8 @@ def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
 
     p = stage_paths(run_dir)
     model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
-    return Agents(slm=lambda: slm_policy(model, chain.router_data), teacher=lambda: make_teacher(chain.teacher.teacher),
+    return Agents(slm=lambda: slm_policy(model, chain.router_data, chain.env.env_id),
+                  teacher=lambda: make_teacher(chain.teacher),
                   router_path=p["router"], valid_router_dir=p["router_data_valid"])
 
 
@@ -115,7 +116,7 @@ def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
 
     def retrain(lam: float, out_dir: str):
         out = dpo_stage(dataclasses.replace(chain.dpo, consistency_coef=lam), p["bc_model"], p["pairs"], out_dir)
-        return lambda: slm_policy(out["model"], chain.router_data)
+        return lambda: slm_policy(out["model"], chain.router_data, chain.env.env_id)
     return retrain
 
 
