@@ -32,6 +32,7 @@ Example (not run here: it starts Ray; see tests/test_ray_backend.py):
 
 from __future__ import annotations
 
+import atexit
 import os
 import time
 from collections import deque
@@ -170,10 +171,18 @@ def run_ray(policy: BatchPolicy, cfg: RunConfig, name: str, benchmark: str, max_
     (``next_episode`` pops the queue's head). Returns (CPU seconds of each actor, actor replacements)."""
     from r2v_agents.runner import _drive
 
+    from r2v_agents.workers import WorkerPool
+
     ensure_ray(cfg.ray_address)
     n = min(cfg.workers, -(-len(queue) // cfg.envs_per_worker))
-    hosts: list[RayHost] = [_LockstepHost(cfg) for _ in range(n)]
+    key = _ray().get_runtime_context().get_job_id() + WorkerPool.key(cfg)
+    warm = _alive(_WARM.pop(key, []))  # actors kept from an earlier run with the same setting (keep_workers)
+    close_warm_actors()  # warm actors of another setting would hold the CPUs this run's actors need
+    hosts: list[RayHost] = warm[:n] + [_LockstepHost(cfg) for _ in range(n - len(warm[:n]))]
+    for h in warm[n:]:
+        h.close()
     budget, restarts = [max(3, cfg.workers)], [0]
+    clean = False
     try:
         cpu0 = {id(h): h.cpu_seconds() for h in hosts}  # also waits until every actor is up
 
@@ -189,10 +198,41 @@ def run_ray(policy: BatchPolicy, cfg: RunConfig, name: str, benchmark: str, max_
             _drive(hosts, policy, next_episode, on_finish, cfg, name, benchmark, max_steps, wait=_wait_ready,
                    on_lost=on_lost)
         cpu = tuple(h.cpu_seconds() - cpu0.get(id(h), 0.0) for h in hosts)  # a replacement counts from 0
+        clean = True
     finally:
-        for h in hosts:
-            h.close()
+        if clean and cfg.keep_workers and _ray().is_initialized():
+            _WARM[key] = hosts
+        else:  # after an error an actor may still owe a reply: never reuse it
+            for h in hosts:
+                h.close()
     return cpu, restarts[0]
+
+
+_WARM: dict[str, list[RayHost]] = {}
+
+
+def _alive(hosts: list[RayHost]) -> list[RayHost]:
+    ray, out = _ray(), []
+    for h in hosts:
+        try:
+            ray.get(h.actor.cpu_seconds.remote(), timeout=30)
+            out.append(h)
+        except Exception:  # noqa: BLE001 - died or unreachable since the last run: start a fresh one
+            h.close()
+    return out
+
+
+def close_warm_actors() -> None:
+    """Kill the env actors kept warm between runs (``keep_workers``); also done at interpreter exit."""
+    ray = _ray()
+    for hosts in _WARM.values():
+        for h in hosts:
+            if ray.is_initialized():
+                h.close()
+    _WARM.clear()
+
+
+atexit.register(lambda: _WARM and close_warm_actors())
 
 
 def _replace(hosts: list[RayHost], h: int, cfg: RunConfig, budget: list[int]) -> None:

@@ -28,6 +28,10 @@ class KillActorOnce(gym.Wrapper):
         super().__init__(env)
         self.steps = 0
 
+    def reset(self, **kwargs):
+        self.steps = 0  # envs are reused across episodes (and warm actors across runs)
+        return self.env.reset(**kwargs)
+
     def step(self, action):
         self.steps += 1
         marker = os.environ.get(KILL_MARKER)
@@ -116,6 +120,10 @@ def test_ray_policy_actor_serves_decisions(tmp_path, ray_local):
 def test_runs_leave_no_actors_behind(ray_local):
     import ray
 
+    from r2v_agents.ray_backend import close_warm_actors
+
+    assert ray.available_resources().get("CPU", 0) < 2  # warm actors kept for the next run (keep_workers)
+    close_warm_actors()
     deadline = time.time() + 10  # ray.kill is asynchronous
     while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.1)
