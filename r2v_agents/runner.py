@@ -44,7 +44,7 @@ from typing import Any
 from r2v_agents.context import Context
 from r2v_agents.policy import Decision, as_policy, visible_info
 from r2v_agents.shards import ShardWriter, write_json_atomic
-from r2v_agents.workers import EnvSlots, LocalHost, ProcessHost, WorkerPool, wait_ready
+from r2v_agents.workers import EnvSlots, HostLost, LocalHost, ProcessHost, WorkerPool, wait_ready
 
 TEACHER_SOURCES = ("teacher", "oracle")
 
@@ -86,10 +86,20 @@ class RunConfig:
     """Modules the workers import before ``gym.make`` (to register third-party envs)."""
     progress: bool = True
     """Show a tqdm progress bar."""
+    backend: str = "local"
+    """Where env workers run: "local" (processes on this machine, the default) or "ray" (Ray actors over a
+    cluster, optional ``ray`` extra; see :mod:`r2v_agents.ray_backend`). Same shards either way."""
+    ray_address: str | None = None
+    """Ray cluster to join with ``backend="ray"`` (None: $RAY_ADDRESS, else a local Ray instance)."""
 
     def __post_init__(self):
         if self.workers < 0 or self.envs_per_worker < 1 or self.shard_episodes < 1:
             raise ValueError("workers must be >= 0, envs_per_worker and shard_episodes >= 1")
+        if self.backend not in ("local", "ray"):
+            from r2v_envs.errors import UnknownChoiceError
+            raise UnknownChoiceError("runner backend", self.backend, ("local", "ray"))
+        if self.backend == "ray" and self.workers < 1:
+            raise ValueError("backend='ray' needs workers >= 1 (env actors)")
         if not self.seeds:
             raise ValueError("seeds must not be empty")
 
@@ -106,6 +116,8 @@ class RunSummary:
     wall_s: float
     worker_cpu_s: tuple[float, ...] = ()
     """CPU seconds of each env worker process (empty when ``workers=0``)."""
+    worker_restarts: int = 0
+    """Env workers that died and were replaced, their episodes rerun (``backend="ray"``)."""
 
     @property
     def success_rate(self) -> float:
@@ -199,9 +211,14 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
 
     hosts: list[Any] = []
     worker_cpu: list[float] = []
+    restarts = 0
     clean_exit = False
     try:
-        if queue and cfg.workers == 0:
+        if queue and cfg.backend == "ray":
+            from r2v_agents.ray_backend import run_ray
+            worker_cpu, restarts = run_ray(policy, cfg, name, benchmark, max_steps, todo, queue, next_episode,
+                                           on_finish)
+        elif queue and cfg.workers == 0:
             host = LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.wrappers))
             _drive([host], policy, next_episode, on_finish, cfg, name, benchmark, max_steps)
         elif queue:
@@ -223,32 +240,50 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
         if bar is not None:
             bar.close()
     return RunSummary(cfg.out_dir, stats["episodes"], len(grid) - len(todo), stats["successes"], stats["steps"],
-                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start, tuple(worker_cpu))
+                      stats["teacher_calls"], stats["cost"], time.perf_counter() - start, tuple(worker_cpu), restarts)
 
 
 def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, benchmark: str,
-           max_steps: int | None) -> None:
-    """Step every slot of ``hosts`` until ``next_episode`` runs dry, batching policy calls over ready hosts."""
+           max_steps: int | None, wait=wait_ready, on_lost=None) -> None:
+    """Step every slot of ``hosts`` until ``next_episode`` runs dry, batching policy calls over ready hosts.
+
+    ``wait(hosts, busy)`` returns the busy hosts with replies. A host whose ``recv`` raises
+    :class:`~r2v_agents.workers.HostLost` has its live episodes dropped (never journaled) and handed to
+    ``on_lost(h, episodes)``, which must requeue them and replace ``hosts[h]``; without ``on_lost`` it raises."""
     live: dict[tuple[int, int], _Episode] = {}
     per_host = cfg.envs_per_worker
     outbox: dict[int, list[tuple]] = {h: [] for h in range(len(hosts))}
-    for h in range(len(hosts)):
+
+    def fill(h: int) -> None:
         for slot in range(per_host):
             if (ep := next_episode()) is not None:
                 live[(h, slot)] = ep
                 outbox[h].append(("reset", slot, ep.task_id, ep.z))
+
+    for h in range(len(hosts)):
+        fill(h)
     busy = set()
     for h, cmds in outbox.items():
         if cmds:
             hosts[h].send(cmds)
             busy.add(h)
     while busy:
-        ready = wait_ready(hosts, busy)
+        ready = wait(hosts, busy)
         to_act: list[tuple[int, int]] = []
         outbox = {h: [] for h in ready}
         for h in ready:
             busy.discard(h)
-            for slot, obs, reward, term, trunc, info, error in hosts[h].recv():
+            try:
+                results = hosts[h].recv()
+            except HostLost:
+                if on_lost is None:
+                    raise
+                lost = [live.pop((h, s)) for s in range(per_host) if (h, s) in live]
+                policy.end_episodes([e.episode_id for e in lost])
+                on_lost(h, lost)
+                fill(h)
+                continue
+            for slot, obs, reward, term, trunc, info, error in results:
                 ep = live[(h, slot)]
                 if not _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark):
                     to_act.append((h, slot))

@@ -150,6 +150,10 @@ def _drive_in_worker(conn, slots: EnvSlots, policy, cfg: RunConfig, name: str, b
     conn.send(("end",))
 
 
+class HostLost(RuntimeError):
+    """A host's worker is gone with its episodes (raised by a host's ``recv``; the Ray backend reruns them)."""
+
+
 class LocalHost:
     def __init__(self, slots: EnvSlots):
         self.slots = slots

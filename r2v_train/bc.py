@@ -130,19 +130,34 @@ def train_bc(model: Any, tokenizer: Any, rows: Any, cfg: BCConfig) -> str:
     trained = trainer.model
     if cfg.lora_r:
         trained = trained.merge_and_unload()
-    save_model_atomically(trained, tokenizer, final, info={
+    save_trained(trainer, trained, tokenizer, final, info={
         "stage": "bc", "config": _jsonable(asdict(cfg)), "train_loss": result.training_loss,
         "global_step": result.global_step, "log_history": trainer.state.log_history})
     return final
 
 
-def save_model_atomically(model: Any, tokenizer: Any, final: str, info: Mapping[str, Any]) -> None:
+def save_trained(trainer: Any, model: Any, tokenizer: Any, final: str, info: Mapping[str, Any]) -> None:
+    """Save a trained model once per job under ``accelerate launch``: every rank joins the ZeRO-3 gather of
+    the partitioned weights (a collective), only rank 0 writes, and all ranks wait for it (a single process
+    just saves)."""
+    state_dict = None
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        plugin = trainer.accelerator.state.deepspeed_plugin
+        if plugin is not None and plugin.zero_stage == 3:
+            state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed)
+    if trainer.is_world_process_zero():
+        save_model_atomically(model, tokenizer, final, info, state_dict=state_dict)
+    trainer.accelerator.wait_for_everyone()
+
+
+def save_model_atomically(model: Any, tokenizer: Any, final: str, info: Mapping[str, Any],
+                          state_dict: Mapping[str, Any] | None = None) -> None:
     """``save_pretrained`` into a temp dir beside ``final``, write ``bc_done.json``-style info, then rename."""
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-model-")
     try:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, **({} if state_dict is None else {"state_dict": state_dict}))
         tokenizer.save_pretrained(tmp)
         with open(os.path.join(tmp, DONE_FILE), "w") as f:
             json.dump(_jsonable(dict(info)), f, indent=1)
