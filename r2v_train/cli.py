@@ -42,7 +42,10 @@ def _generate(args: GenerateArgs) -> None:
 def _commands() -> dict:
     from r2v_train.pipeline import register_commands
 
-    return {**register_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs)}
+    from r2v_train.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
+
+    return {**register_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs),
+            "train-bc": (run_bc, BCLaunch), "train-dpo": (run_dpo, DPOLaunch)}
 
 
 COMMANDS = _commands()

@@ -12,7 +12,7 @@ if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
       || echo "install.sh: could not install cmake/g++; the alfworld extra may fail to build" >&2
   fi
 fi
-$PY -m pip install -q -e ".[textworld,alfworld,humaneval,train,api,docker,test]"
+$PY -m pip install -q -e ".[textworld,alfworld,humaneval,train,api,docker,ray,test]"
 # bubblewrap gives the code/terminal sandboxes PID, network and mount namespaces; the sandbox falls back to
 # `unshare` or plain rlimits without it, so a failure here is not fatal.
 if ! command -v bwrap >/dev/null 2>&1; then
