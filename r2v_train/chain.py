@@ -113,7 +113,7 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
 
     def prefs(c, d):
         return preferences.preferences_stage(c.preferences, stage_paths(d)["bc_model"], collect.traj_dirs(d),
-                                             os.path.join(d, "preferences"))
+                                             os.path.join(d, "preferences"), c.env.env_id)
 
     def dpo(c, d):
         p = stage_paths(d)

@@ -113,7 +113,7 @@ def alt_prompt(views: dict[int, tuple[str, tuple]], z: int) -> str | None:
 
 
 def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str | os.PathLike],
-                      out_dir: str | os.PathLike) -> dict[str, Any]:
+                      out_dir: str | os.PathLike, env_id: str = "R2V/TextWorld-v0") -> dict[str, Any]:
     """Build the preference pairs; returns {"pairs": path, "rows": n, "contexts": n, "teacher_share": x}."""
     import numpy as np
     import pyarrow as pa
@@ -122,7 +122,7 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
     from r2v_agents.prompts import build_prompt, format_completion
     from r2v_agents.samplers.transformers_sampler import TransformersSampler
     from r2v_agents.slm import SLMPolicy
-    from r2v_agents.verifiers.textworld import TextWorldVerifier
+    from r2v_agents.verifiers import verifier_for
 
     out, chunks = Path(out_dir), Path(out_dir) / "chunks"
     chunks.mkdir(parents=True, exist_ok=True)
@@ -133,7 +133,7 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
     order = np.arange(len(items))
     if cfg.max_contexts and cfg.max_contexts < len(items):
         order = np.sort(np.random.default_rng(cfg.seed).choice(len(items), cfg.max_contexts, replace=False))
-    verifier = TextWorldVerifier()
+    verifier = verifier_for(env_id)
     policy = None
     for c0 in range(0, len(order), cfg.chunk_size):
         path = chunks / f"chunk-{c0 // cfg.chunk_size:05d}.parquet"

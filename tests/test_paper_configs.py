@@ -1,0 +1,46 @@
+"""The shipped paper-scale presets stay loadable, and name parts the chain can build (they are not run here)."""
+
+from __future__ import annotations
+
+import glob
+
+import pytest
+
+from r2v_agents.verifiers import VERIFIERS, verifier_for
+from r2v_envs.errors import UnknownChoiceError
+from r2v_train.collect import RouterDataConfig, TeacherConfig, make_sampler, make_teacher
+from r2v_train.pipeline import load_config
+
+PRESETS = sorted(glob.glob("r2v_train/configs/paper/*.yaml"))
+
+
+def test_all_four_backbones_and_three_benchmarks_are_shipped():
+    configs = [load_config(p) for p in PRESETS]
+    assert {c.chain.env.env_id for c in configs} == {"R2V/ALFWorld-v0", "R2V/HumanEval-v0", "R2V/TerminalBench-v0"}
+    models = " ".join(c.chain.bc.base_model for c in configs)
+    for backbone in ("Qwen2.5-7B", "Llama-3.1-8B", "gemma-2-9b", "Qwen2.5-14B"):
+        assert backbone in models
+
+
+@pytest.mark.parametrize("path", PRESETS)
+def test_preset_parts_exist(path, monkeypatch):
+    cfg = load_config(path)
+    assert verifier_for(cfg.chain.env.env_id) is not None
+    assert cfg.chain.router_data.sampler in ("transformers", "vllm", "openai")
+    monkeypatch.setenv(cfg.chain.teacher.api_key_env, "sk-test")  # no request is sent
+    teacher = make_teacher(cfg.chain.teacher)
+    assert type(teacher).__name__ == "OpenAITeacher"
+
+
+def test_unknown_parts_are_clear_errors():
+    with pytest.raises(UnknownChoiceError, match="did you mean 'openai'"):
+        make_teacher(TeacherConfig(teacher="opnai"))
+    with pytest.raises(ValueError, match="teacher.model"):
+        make_teacher(TeacherConfig(teacher="openai"))
+    with pytest.raises(UnknownChoiceError):
+        make_sampler("/nowhere", RouterDataConfig(sampler="tgi"))
+    with pytest.raises(ValueError, match="sampler_base_url"):
+        make_sampler("/nowhere", RouterDataConfig(sampler="openai"))
+    with pytest.raises(UnknownChoiceError):
+        verifier_for("R2V/WebShop-v0")
+    assert set(VERIFIERS) >= {"textworld", "alfworld", "humaneval", "terminalbench"}
