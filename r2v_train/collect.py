@@ -105,6 +105,9 @@ class RouterDataConfig:
     """seed of candidate sampling (reproducible reruns)"""
     max_steps: int | None = None
     """step cap of these rollouts (None: the env config's)"""
+    admissible: str = "free"
+    """SLM action grounding: free (the sampled text) | snap (closest visible admissible action); also used by
+    the evaluation's SLM"""
 
 
 # --------------------------------------------------------------------------------------------------- stage 3
@@ -233,7 +236,7 @@ def slm_policy(model_dir: str, cfg: RouterDataConfig):
 
     sampler = TransformersSampler.from_pretrained(model_dir, max_new_tokens=cfg.max_new_tokens,
                                                   temperature=cfg.temperature, seed=cfg.sampler_seed)
-    return SLMPolicy(sampler, TextWorldVerifier(), k=cfg.k)
+    return SLMPolicy(sampler, TextWorldVerifier(), k=cfg.k, admissible=cfg.admissible)
 
 
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],
