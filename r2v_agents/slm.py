@@ -18,7 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
+from dataclasses import replace
 
 from r2v_agents.context import Context
 from r2v_agents.features import compute_features
@@ -43,15 +45,50 @@ def best_candidate(cands: Sequence[Candidate]) -> Candidate | None:
     return max(enumerate(usable), key=key)[1]
 
 
+ADMISSIBLE_MODES = ("free", "snap")
+
+
+def snap_to_admissible(action: str, admissible: Sequence[str]) -> str:
+    """The visible admissible action closest to ``action`` (itself when it is one or when none is visible).
+
+    Grounding free text in the listed commands is the usual way text-game agents act (e.g. the nearest
+    valid action of ALFWorld/ReAct agents); the list is agent-visible, so perturbations that hide or
+    pad it still mislead the SLM.
+
+    Example:
+        >>> snap_to_admissible("take the coin", ["go east", "take coin", "look"])
+        'take coin'
+        >>> snap_to_admissible("xyzzy", [])
+        'xyzzy'
+    """
+    if not admissible or not action:
+        return action
+    norm = " ".join(action.lower().split())
+    options = {" ".join(a.lower().split()): a for a in admissible}
+    if norm in options:
+        return options[norm]
+    return max(admissible, key=lambda a: difflib.SequenceMatcher(None, norm, a.lower()).ratio())
+
+
 class SLMPolicy(BatchPolicy):
-    """Samples ``k`` candidates per context, scores them with ``verifier`` and acts with the best one."""
+    """Samples ``k`` candidates per context, scores them with ``verifier`` and acts with the best one.
+
+    ``admissible="snap"`` replaces each sampled action by the closest visible admissible action
+    (:func:`snap_to_admissible`) before verification; the candidate keeps the log-probs and entropies of the
+    text the model generated, so the risk features f_t still describe the model's own uncertainty.
+    """
 
     name = "slm"
 
     def __init__(self, sampler: Sampler, verifier: Verifier | None = None, k: int = 5,
-                 prompt_config: PromptConfig = DEFAULT_PROMPT, feature_variant: str = "full"):
+                 prompt_config: PromptConfig = DEFAULT_PROMPT, feature_variant: str = "full",
+                 admissible: str = "free"):
         if k < 1:
             raise ValueError("k must be >= 1")
+        if admissible not in ADMISSIBLE_MODES:
+            from r2v_envs.errors import UnknownChoiceError
+            raise UnknownChoiceError("admissible mode", admissible, ADMISSIBLE_MODES)
+        self.admissible = admissible
         self.sampler, self.verifier, self.k = sampler, verifier, k
         self.prompt_config, self.feature_variant = prompt_config, feature_variant
 
@@ -59,6 +96,9 @@ class SLMPolicy(BatchPolicy):
         """K scored candidates per context (one sampler call for the whole batch)."""
         prompts = [build_prompt(c, self.prompt_config) for c in contexts]
         batches = self.sampler.sample(prompts, self.k)
+        if self.admissible == "snap":
+            batches = [[replace(c, action=snap_to_admissible(c.action, ctx.admissible_actions or ())) for c in cands]
+                       for ctx, cands in zip(contexts, batches)]
         if self.verifier is not None:
             for ctx, cands in zip(contexts, batches):
                 for c, s in zip(cands, self.verifier.score_batch(ctx, [c.action for c in cands])):

@@ -118,6 +118,9 @@ class RouterDataConfig:
     """openai sampler: the server's base URL, e.g. http://gpu-box:8000/v1"""
     max_steps: int | None = None
     """step cap of these rollouts (None: the env config's)"""
+    admissible: str = "free"
+    """SLM action grounding: free (the sampled text) | snap (closest visible admissible action); also used by
+    the evaluation's SLM"""
 
 
 # --------------------------------------------------------------------------------------------------- stage 3
@@ -272,7 +275,7 @@ def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWor
     from r2v_agents.slm import SLMPolicy
     from r2v_agents.verifiers import verifier_for
 
-    return SLMPolicy(make_sampler(model_dir, cfg), verifier_for(env_id), k=cfg.k)
+    return SLMPolicy(make_sampler(model_dir, cfg), verifier_for(env_id), k=cfg.k, admissible=cfg.admissible)
 
 
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],
