@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-exec r2v rollout "$@"
+exec r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v "$@"
