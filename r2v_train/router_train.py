@@ -313,9 +313,9 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     eta = torch.zeros((), requires_grad=True)  # Rockafellar-Uryasev VaR variable
     log_lam = torch.tensor(math.log(cfg.lambda_init), requires_grad=True)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay)
+                            weight_decay=cfg.weight_decay, fused=True)
     opt.add_param_group({"params": [eta], "lr": cfg.eta_lr, "weight_decay": 0.0})
-    dual_opt = torch.optim.Adam([log_lam], lr=cfg.dual_lr)
+    dual_opt = torch.optim.Adam([log_lam], lr=cfg.dual_lr, fused=True)
     steps_per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
     total = cfg.epochs * steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / total, 1.0))))
