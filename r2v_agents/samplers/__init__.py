@@ -21,4 +21,20 @@ class Sampler(Protocol):
         ...
 
 
-__all__ = ["Sampler"]
+class ChunkedSampler:
+    """Base of samplers that work on at most ``batch_size`` prompts at a time: :meth:`sample` splits the prompts
+    and subclasses implement ``_sample_chunk(prompts, k)``."""
+
+    batch_size: int = 8
+
+    def sample(self, prompts: Sequence[str], k: int = 5) -> list[list[Candidate]]:
+        out: list[list[Candidate]] = []
+        for i in range(0, len(prompts), self.batch_size):
+            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k))
+        return out
+
+    def _sample_chunk(self, prompts: list[str], k: int) -> list[list[Candidate]]:
+        raise NotImplementedError
+
+
+__all__ = ["ChunkedSampler", "Sampler"]

@@ -24,12 +24,13 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
 from r2v_agents.samplers.vllm_sampler import _topk_entropy
+from r2v_agents.samplers import ChunkedSampler
 
 
 def candidate_from_choice(text: str, logprobs: Mapping[str, Any] | None) -> Candidate:
@@ -46,7 +47,7 @@ def candidate_from_choice(text: str, logprobs: Mapping[str, Any] | None) -> Cand
                      token_entropies=ents)
 
 
-class OpenAISampler:
+class OpenAISampler(ChunkedSampler):
     """Samples K candidates per prompt from ``{base_url}/completions`` with per-token log-probs."""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
@@ -67,12 +68,6 @@ class OpenAISampler:
             client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY", "unused"),
                                    timeout=timeout_s, max_retries=max_retries)
         self.client = client
-
-    def sample(self, prompts: Sequence[str], k: int = 5) -> list[list[Candidate]]:
-        out: list[list[Candidate]] = []
-        for i in range(0, len(prompts), self.batch_size):
-            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k))
-        return out
 
     def _sample_chunk(self, prompts: list[str], k: int) -> list[list[Candidate]]:
         import openai

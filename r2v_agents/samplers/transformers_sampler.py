@@ -18,14 +18,14 @@ Example:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
 from typing import Any
 
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
+from r2v_agents.samplers import ChunkedSampler
 
 
-class TransformersSampler:
+class TransformersSampler(ChunkedSampler):
     """Samples with ``model.generate``; prompts longer than ``max_prompt_tokens`` keep their end."""
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
@@ -58,12 +58,6 @@ class TransformersSampler:
             ids.add(self.tokenizer.eos_token_id)
             self._newline_ids = ids
         return self._newline_ids
-
-    def sample(self, prompts: Sequence[str], k: int = 5) -> list[list[Candidate]]:
-        out: list[list[Candidate]] = []
-        for i in range(0, len(prompts), self.batch_size):
-            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k))
-        return out
 
     def _sample_chunk(self, prompts: list[str], k: int) -> list[list[Candidate]]:
         import torch
