@@ -37,6 +37,9 @@ def main() -> None:
     import torch
 
     from r2v_train.router_train import RouterTrainConfig, train_router
+    from r2v_train.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as the r2v command does
 
     torch.set_num_threads(args.threads)
     train, valid = synthetic(args.rows, 1), synthetic(args.valid_rows, 2)

@@ -71,9 +71,11 @@ class FastDropout(nn.Module):
         words = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_()
         # random_() leaves the int64 sign bit 0, so use only the low 15 bits of each 16-bit slice
         bits = words.view(torch.int16)[:n].view(x.shape) & 0x7FFF
+        # keep = 1[bits >= p * 2^15] in integer arithmetic: (bits - threshold) >> 15 is -1 below it, 0 above.
+        # Half the cost of a comparison plus a bool -> float cast, which are slow on int16 on CPU.
+        keep = bits.sub_(int(round(self.p * 32768))).bitwise_right_shift_(15).add_(1)
         # a float mask with the 1/(1-p) scale folded in: cheaper than masked_fill or a bool multiply on CPU
-        mask = (bits >= int(round(self.p * 32768))).to(x.dtype).mul_(1.0 / (1.0 - self.p))
-        return x * mask
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

@@ -171,6 +171,68 @@ def routing_objective(d: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, 
     return value
 
 
+def objective_curve(p: np.ndarray, y: np.ndarray, taus: np.ndarray, c_slm: float, c_llm: float, kappa: float,
+                    rollout: np.ndarray | None = None, alpha: float = 0.2, lam: float = 0.0, epsilon: float = 0.0,
+                    max_cells: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """``routing_objective`` of d = 1[p >= tau] for every tau in the decreasing array ``taus`` at once, with
+    the escalation rate of each: (rates, values).
+
+    One pass instead of one per threshold: a step escalated at tau stays escalated at every lower tau, so its
+    cost change c_LLM - (c_SLM + kappa y) enters the running sums from the first tau it clears on. Rollout risks
+    are accumulated the same way in blocks of thresholds (at most ``max_cells`` risk values in memory) and the
+    exact CVaR of each block row comes from a partial sort.
+
+    Example:
+        >>> p, y = np.array([0.2, 0.9]), np.array([0, 1])
+        >>> rates, values = objective_curve(p, y, np.array([np.inf, 0.5, 0.1]), 0.02, 1.0, 1.96)
+        >>> rates.tolist(), [round(float(v), 2) for v in values]
+        ([0.0, 0.5, 1.0], [1.0, 0.51, 1.0])
+    """
+    p, y = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    taus = np.asarray(taus, dtype=np.float64)
+    n, n_taus = len(p), len(taus)
+    if n_taus > 1 and not np.all(np.diff(taus) < 0):
+        raise ValueError("taus must be strictly decreasing")
+    base = c_slm + kappa * y  # cost of a step kept local
+    delta = c_llm - base  # change when it is escalated
+    # first tau index (in decreasing order) that each step clears; n_taus = never escalated
+    first = n_taus - np.searchsorted(taus[::-1], p, side="right")
+    rates = np.cumsum(np.bincount(first, minlength=n_taus + 1)[:n_taus]) / n
+    values = (base.sum() + np.cumsum(np.bincount(first, weights=delta, minlength=n_taus + 1)[:n_taus])) / n
+    if lam <= 0:
+        return rates, values
+    rollout = np.asarray(rollout).ravel()
+    if rollout.shape != p.shape:
+        raise ValueError(f"rollout must give one id per step; got {rollout.shape} for {p.shape}")
+    _, rollout = np.unique(rollout, return_inverse=True)  # contiguous ids of non-empty rollouts
+    groups = int(rollout.max()) + 1
+    sizes = np.bincount(rollout, minlength=groups).astype(np.float64)
+    m = alpha * groups  # CVaR tail mass in rollouts, as in r2v_train.losses.cvar
+    k = min(int(np.floor(m + 1e-9)), groups)
+    frac = m - k if k < groups and m - k > 1e-9 else 0.0
+    order = np.argsort(first, kind="stable")
+    first_sorted = first[order]
+    running = np.bincount(rollout, weights=base, minlength=groups)  # per-rollout total cost, updated block by block
+    block = max(1, max_cells // groups)
+    cvars = np.empty(n_taus)
+    for b0 in range(0, n_taus, block):
+        b1 = min(b0 + block, n_taus)
+        lo, hi = np.searchsorted(first_sorted, [b0, b1])
+        rows = order[lo:hi]
+        cells = np.bincount((first[rows] - b0) * groups + rollout[rows], weights=delta[rows],
+                            minlength=(b1 - b0) * groups).reshape(b1 - b0, groups)
+        risk = (running + np.cumsum(cells, axis=0)) / sizes
+        running = running + cells.sum(axis=0)
+        neg = -risk  # the k largest risks (and the (k+1)-th for the fractional boundary) by a partial sort
+        if k >= groups:
+            tail = risk.sum(axis=1)
+        else:
+            part = -np.partition(neg, k, axis=1)
+            tail = part[:, :k].sum(axis=1) + frac * part[:, k]
+        cvars[b0:b1] = tail / m
+    return rates, values + lam * (cvars - epsilon)
+
+
 def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, kappa: float,
                      rule: str = "min_cost", max_escalation: float | None = None, rollout: np.ndarray | None = None,
                      alpha: float = 0.2, lam: float = 0.0, epsilon: float = 0.0, grid: int = 1024) -> float:
@@ -199,13 +261,14 @@ def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, k
     candidates = np.unique(p)
     if len(candidates) > grid:
         candidates = np.unique(np.quantile(p, np.linspace(0, 1, grid)))
-    candidates = np.unique(np.r_[candidates, bayes_threshold(c_slm, c_llm, kappa), np.inf])
+    taus = np.unique(np.r_[candidates, bayes_threshold(c_slm, c_llm, kappa), np.inf])[::-1]  # decreasing
+    if lam > 0 and rollout is None:
+        raise ValueError("a CVaR term (lam > 0) needs the rollout id of every step")
+    escalated, values = objective_curve(p, y, taus, c_slm, c_llm, kappa, rollout, alpha, lam, epsilon)
     best, best_value = np.inf, np.inf
-    for tau in candidates[::-1]:  # decreasing: on ties the higher tau, seen first, is kept
-        d = (p >= tau).astype(np.float64)
-        if rule == "budget" and d.mean() > max_escalation + 1e-12:
+    for tau, rate, value in zip(taus, escalated, values):  # decreasing: on ties the higher tau, seen first, is kept
+        if rule == "budget" and rate > max_escalation + 1e-12:
             continue
-        value = routing_objective(d, y, c_slm, c_llm, kappa, rollout, alpha, lam, epsilon)
         if value < best_value - 1e-12:
-            best, best_value = float(tau), value
+            best, best_value = float(tau), float(value)
     return best  # +inf means: never escalate

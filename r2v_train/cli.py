@@ -56,6 +56,9 @@ SELF_PARSING = {"train": "r2v_train.chain:main", "collect": "r2v_train.collect:m
 
 
 def main(argv: list[str] | None = None) -> None:
+    from r2v_train.runtime import keep_freed_memory
+
+    keep_freed_memory()  # CPU training and sampling reuse large blocks instead of page-faulting fresh ones
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SELF_PARSING:
         import importlib

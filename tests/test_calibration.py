@@ -96,3 +96,20 @@ def test_cvar_term_in_threshold_selection_escalates_more_on_the_tail():
     assert tail < plain
     with pytest.raises(ValueError, match="rollout id"):
         cal.select_threshold(p, y, *COSTS, lam=1.0)
+
+
+@pytest.mark.parametrize("lam, alpha", [(0.0, 0.2), (3.0, 0.2), (3.0, 0.33), (3.0, 1.0)])
+def test_objective_curve_equals_the_objective_at_every_threshold(lam, alpha):
+    """The one-pass curve behind select_threshold agrees with routing_objective evaluated tau by tau, also when
+    its rollout risks are accumulated in many small blocks."""
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(SEED)
+    p = np.round(rng.random(2000), 2)  # ties between steps
+    y = (rng.random(2000) < p).astype(int)
+    rollout = rng.integers(0, 150, 2000) * 7  # ids with gaps
+    taus = np.unique(np.r_[p, 0.5, np.inf])[::-1]
+    rates, values = cal.objective_curve(p, y, taus, *COSTS, rollout, alpha, lam, 0.1, max_cells=1000)
+    contiguous = np.unique(rollout, return_inverse=True)[1]
+    expected = [cal.routing_objective((p >= t).astype(float), y, *COSTS, contiguous, alpha, lam, 0.1) for t in taus]
+    np.testing.assert_allclose(values, expected, atol=1e-9)
+    np.testing.assert_allclose(rates, [(p >= t).mean() for t in taus])
