@@ -1,7 +1,7 @@
 """K-candidate sampling with Hugging Face transformers (CPU or GPU), with per-token log-probs and entropies.
 
-Log-probs and entropies come from the model's raw logits (``output_logits=True``), i.e. the policy's own
-distribution before temperature/top-p. Each candidate is cut at its first EOS or newline token; padding
+Log-probs and entropies come from the model's raw logits, i.e. the policy's own distribution before
+temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut at its first EOS or newline token; padding
 after a finished sequence is masked out (NOTES.md, pitfall 5).
 
 Example:
@@ -26,7 +26,7 @@ from r2v_agents.samplers import ChunkedSampler
 
 
 class TransformersSampler(ChunkedSampler):
-    """Samples with ``model.generate``; prompts longer than ``max_prompt_tokens`` keep their end."""
+    """Samples with a KV-cached decoding loop; prompts longer than ``max_prompt_tokens`` keep their end."""
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
                  top_p: float = 1.0, max_prompt_tokens: int = 1024, batch_size: int = 8, device: str | None = None,
@@ -65,17 +65,12 @@ class TransformersSampler(ChunkedSampler):
         if self.seed is not None:  # reproducible for a given batch of prompts
             torch.manual_seed(self.seed + zlib.crc32("\x00".join(prompts).encode()))
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        ids = enc["input_ids"][:, -self.max_prompt_tokens:]
-        mask = enc["attention_mask"][:, -self.max_prompt_tokens:]
         device = next(self.model.parameters()).device
-        with torch.no_grad():
-            gen = self.model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True, num_return_sequences=k,
-                max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=0,
-                return_dict_in_generate=True, output_logits=True, pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id)
-        new = gen.sequences[:, ids.shape[1]:].cpu()
-        logp = torch.log_softmax(torch.stack(gen.logits, dim=1).float(), dim=-1).cpu()
+        ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
+        mask = enc["attention_mask"][:, -self.max_prompt_tokens:].to(device)
+        new, logits = self._decode(ids, mask, k)
+        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+        new = new.cpu()
         tok_lp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
         ent = -(logp.exp() * logp).nan_to_num().sum(-1)
         stop, eos = self._stop_ids(), self.tokenizer.eos_token_id
@@ -92,3 +87,50 @@ class TransformersSampler(ChunkedSampler):
                                        token_ids=tuple(toks[:end])))
             result.append(cands)
         return result
+
+    def _decode(self, ids: Any, mask: Any, k: int) -> tuple[Any, Any]:
+        """Sample ``k`` continuations of each left-padded prompt: (token ids (B k, T), raw logits (B k, T, V)).
+
+        The prompt is encoded once and its KV cache repeated k times (``generate(num_return_sequences=k)``
+        encodes each prompt k times, which dominated sampling on CPU); decoding stops as soon as every
+        sequence has emitted a stop token (EOS or a newline), since candidates are cut there anyway.
+        """
+        import torch
+
+        stop = torch.tensor(sorted(self._stop_ids()), device=ids.device)
+        position = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True,
+                             logits_to_keep=1)
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(k)
+            mask = mask.repeat_interleave(k, dim=0)
+            position = position[:, -1:].repeat_interleave(k, dim=0)
+            logits = out.logits[:, -1].repeat_interleave(k, dim=0)
+            tokens, raw = [], []
+            done = torch.zeros(len(logits), dtype=torch.bool, device=ids.device)
+            for t in range(self.max_new_tokens):
+                raw.append(logits)
+                nxt = self._pick(logits)
+                nxt = torch.where(done, self.tokenizer.pad_token_id, nxt)  # finished rows only pad
+                tokens.append(nxt)
+                done |= torch.isin(nxt, stop)
+                if bool(done.all()) or t == self.max_new_tokens - 1:
+                    break
+                mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
+                position = position + 1
+                out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=position,
+                                 past_key_values=cache, use_cache=True)
+                logits = out.logits[:, -1]
+        return torch.stack(tokens, dim=1), torch.stack(raw, dim=1)
+
+    def _pick(self, logits: Any) -> Any:
+        """One token per row from softmax(logits / temperature), restricted to the top-p nucleus."""
+        import torch
+
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            outside = sorted_p.cumsum(-1) - sorted_p > self.top_p  # keep the smallest prefix reaching top_p
+            probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
+        return torch.multinomial(probs, 1).squeeze(-1)
