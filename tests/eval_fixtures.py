@@ -80,3 +80,30 @@ def trained_run(tmp):
     res = train_router(RouterData.from_run(train), RouterData.from_run(valid), cfg, run_dir=f"{tmp}/router")
     assert res.threshold is not None and ROUTER_FILE and save_router
     return f"{tmp}/router/{ROUTER_FILE}", train, valid, cfg
+
+
+def assert_report_matches_shards(report_path, results, eval_dir):
+    """Table 1 and the calibration table of a report agree with the evaluation's episode and step shards."""
+    import pytest
+
+    from r2v_agents.shards import load_rows
+    from r2v_train.evaluate import METHOD_LABELS
+    from r2v_train.report import parse_markdown_table
+
+    text = report_path.read_text()
+    rows = {r["method"]: r for r in parse_markdown_table(text, "## Table 1")}
+    by_label = {v: k for k, v in METHOD_LABELS.items()}
+    assert {by_label[m] for m in rows} == set(results["methods"])
+    for label, row in rows.items():
+        run_dir = eval_dir / results["runs"][results["main_condition"]][by_label[label]]
+        eps = load_rows(run_dir, "episodes", columns=["success"])
+        steps = load_rows(run_dir, "steps", columns=["source"])
+        assert eps and steps
+        assert float(row["SR (%)"]) == pytest.approx(100 * np.mean([e["success"] for e in eps]), abs=0.05)
+        teacher = sum(s["source"] in ("teacher", "oracle") for s in steps)
+        assert float(row["LLM%"]) == pytest.approx(100 * teacher / len(steps), abs=0.05)
+        lo, hi = (float(x) for x in row["SR 95% CI"].strip("[]").split(","))
+        assert lo <= float(row["SR (%)"]) <= hi
+    cal = {r["router"]: r for r in parse_markdown_table(text, "## Router calibration")}
+    for name, c in results["calibration"].items():
+        assert float(cal[name]["ECE"]) == pytest.approx(c["ece"], abs=5e-5)

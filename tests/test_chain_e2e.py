@@ -66,3 +66,29 @@ def test_rerun_skips_and_removed_outputs_rerun_downstream(chain):
     rerun = run_chain(tiny_config(), run_dir)
     assert [s for s, r in rerun.items() if not r["skipped"]] == ["router_data", "router"]
     assert {s: read_marker(run_dir, s)["run_id"] for s in STAGES[:6]} == {s: ids[s] for s in STAGES[:6]}
+
+
+def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_shards(chain):
+    """`r2v pipeline --config miniature.yaml` on the finished chain (same tiny preset): the chain stages are
+    reused, the six methods are evaluated, and the report gathers tables and plots that agree with the shards."""
+    from pathlib import Path
+
+    from r2v_train.evaluate import METHODS
+    from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline
+    from tests.eval_fixtures import assert_report_matches_shards
+
+    run_dir = Path(chain[0])
+    cfg = load_config(CONFIG_DIR / "miniature.yaml")
+    assert cfg.chain == tiny_config()
+    summary = run_pipeline(cfg, run_dir)
+    results = json.load(open(run_dir / "eval" / "results.json"))
+    assert results["methods"] == list(METHODS) and set(results["conditions"]) == {"composite", "flaky"}
+    report = Path(summary["report"])
+    text = report.read_text()
+    for png in ["pareto.png"] + [f"reliability-{r}.png" for r in results["calibration"]]:
+        assert (report.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in text
+    for heading in ("## Table 1", "## Per perturbation type", "## Router calibration", "chain stages"):
+        assert heading in text
+    saved = json.load(open(run_dir / "pipeline.json"))
+    assert saved["main"] == results["conditions"]["composite"] and saved["timings_s"]["total"] > 0
+    assert_report_matches_shards(report, results, run_dir / "eval")

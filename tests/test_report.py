@@ -1,12 +1,10 @@
 """The report: every artifact written, and its numbers match the shards they were computed from."""
 
-import numpy as np
 import pytest
 
-from r2v_agents.shards import load_rows
-from r2v_train.evaluate import METHOD_LABELS, evaluate
-from r2v_train.report import parse_markdown_table, write_report
-from tests.eval_fixtures import eval_config, make_agents, trained_run
+from r2v_train.evaluate import evaluate
+from r2v_train.report import write_report
+from tests.eval_fixtures import assert_report_matches_shards, eval_config, make_agents, trained_run
 
 
 @pytest.fixture(scope="module")
@@ -29,21 +27,7 @@ def test_report_writes_every_artifact(reported):
 
 def test_report_numbers_match_the_shards(reported):
     tmp, results, path = reported
-    rows = {r["method"]: r for r in parse_markdown_table(path.read_text(), "## Table 1")}
-    by_label = {v: k for k, v in METHOD_LABELS.items()}
-    assert {by_label[m] for m in rows} == set(results["methods"])
-    for label, row in rows.items():
-        run_dir = tmp / "eval" / results["runs"]["composite"][by_label[label]]
-        eps = load_rows(run_dir, "episodes", columns=["success"])
-        steps = load_rows(run_dir, "steps", columns=["source"])
-        assert float(row["SR (%)"]) == pytest.approx(100 * np.mean([e["success"] for e in eps]), abs=0.05)
-        teacher = sum(s["source"] in ("teacher", "oracle") for s in steps)
-        assert float(row["LLM%"]) == pytest.approx(100 * teacher / len(steps), abs=0.05)
-        lo, hi = (float(x) for x in row["SR 95% CI"].strip("[]").split(","))
-        assert lo <= float(row["SR (%)"]) <= hi
-    cal = {r["router"]: r for r in parse_markdown_table(path.read_text(), "## Router calibration")}
-    for name, c in results["calibration"].items():
-        assert float(cal[name]["ECE"]) == pytest.approx(c["ece"], abs=5e-5)
+    assert_report_matches_shards(path, results, tmp / "eval")
 
 
 def test_report_without_results_is_a_clear_error(tmp_path):
