@@ -5,7 +5,8 @@ perturbation type alone:
 
 * ``slm``: the SLM alone (best of K verified candidates);
 * ``entropy``: escalate when the mean token entropy is high (threshold fitted on validation, Youden's J);
-* ``heuristic``: fixed verifier rules (:class:`r2v_agents.routers.HeuristicRouter`);
+* ``heuristic``: non-learned verifier rules (:class:`r2v_agents.routers.HeuristicRouter`), its threshold fitted
+  on validation like the entropy router's (Youden's J) unless ``heuristic_threshold`` fixes it;
 * ``r2v``: the trained, calibrated router (``router.pt``, Algorithm 2);
 * ``oracle``: HINDSIGHT upper bound: escalates every step of a (task, z) whose logged ``slm`` rollout failed,
   so ``slm`` always runs first;
@@ -64,6 +65,8 @@ class EvalConfig:
     """the main condition (Table 1)"""
     per_type: tuple[str, ...] = PERTURBATION_TYPES
     """extra conditions, one perturbation type each (empty: skip)"""
+    per_type_seeds: tuple[int, ...] | None = None
+    """perturbation seeds of the per-type conditions (None: ``seeds``)"""
     methods: tuple[str, ...] = METHODS
     """methods to run (``oracle`` needs ``slm``)"""
     max_steps: int | None = None
@@ -72,8 +75,8 @@ class EvalConfig:
     """env worker processes of the runner"""
     budget_per_episode: int | None = None
     """teacher-query cap per episode for the routed methods"""
-    heuristic_threshold: float = 0.5
-    """threshold of the heuristic router"""
+    heuristic_threshold: float | None = None
+    """fixed threshold of the heuristic router; None fits it on validation labels (Youden's J), as for entropy"""
     entropy_target_rate: float | None = None
     """validation escalation rate of the entropy router; None fits Youden's J on validation labels"""
     bootstrap: int = 1000
@@ -94,12 +97,19 @@ class EvalConfig:
         if self.bootstrap < 1:
             raise ValueError("bootstrap must be >= 1")
         self.seeds = tuple(int(s) for s in self.seeds)
+        if self.per_type_seeds is not None:
+            self.per_type_seeds = tuple(int(s) for s in self.per_type_seeds)
         self.per_type, self.methods = tuple(self.per_type), tuple(self.methods)
 
     def conditions(self) -> dict[str, Any]:
         """Condition name -> perturbation spec; the first is the main one."""
         main = self.perturbations if isinstance(self.perturbations, str) else "main"
         return {main: self.perturbations, **{t: t for t in self.per_type if t != main}}
+
+    def seeds_for(self, condition: str) -> tuple[int, ...]:
+        """The perturbation seeds evaluated under ``condition`` (the main one always uses ``seeds``)."""
+        main = next(iter(self.conditions()))
+        return self.seeds if condition == main or self.per_type_seeds is None else self.per_type_seeds
 
 
 @dataclass
@@ -170,15 +180,20 @@ def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ routers
 def build_routers(agents: Agents, cfg: EvalConfig) -> dict[str, Any]:
-    """The deployable routers: entropy (calibrated on validation), heuristic and, if trained, R2V."""
+    """The deployable routers: entropy and heuristic (thresholds fitted on validation) and, if trained, R2V.
+
+    Both baselines turn a non-learned score into a decision with the same validation data the R2V threshold is
+    selected on; without validation rows the heuristic keeps its rule threshold (0.5)."""
     from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter
 
-    routers: dict[str, Any] = {"heuristic": HeuristicRouter(cfg.heuristic_threshold)}
+    heuristic = HeuristicRouter(0.5 if cfg.heuristic_threshold is None else cfg.heuristic_threshold)
     entropy = EntropyRouter()
     if agents.valid_router_dir is not None:
         valid = load_valid(agents.valid_router_dir)
         entropy.calibrate(valid.features, valid.y, cfg.entropy_target_rate)
-    routers["entropy"] = entropy
+        if cfg.heuristic_threshold is None:
+            heuristic.calibrate(valid.features, valid.y)
+    routers: dict[str, Any] = {"heuristic": heuristic, "entropy": entropy}
     if agents.router_path is not None and os.path.exists(agents.router_path):
         routers["r2v"] = MLPRouter.load(agents.router_path)
     return routers
@@ -227,11 +242,14 @@ def make_policy(method: str, agents: Agents, routers: Mapping[str, Any], slm_run
                         ablation=ablation)
 
 
-def run_method(policy: Any, name: str, cfg: EvalConfig, spec: Any, out_dir: str | os.PathLike) -> str:
-    """Run ``policy`` over the evaluation grid under perturbation ``spec`` into ``out_dir`` (resumable)."""
+def run_method(policy: Any, name: str, cfg: EvalConfig, spec: Any, out_dir: str | os.PathLike,
+               seeds: Sequence[int] | None = None) -> str:
+    """Run ``policy`` over the evaluation grid (tasks x ``seeds``, default ``cfg.seeds``) under perturbation
+    ``spec`` into ``out_dir`` (resumable)."""
     from r2v_agents.runner import RunConfig, run
 
-    cfg_run = RunConfig(cfg.env_id, os.fspath(out_dir), task_ids=task_ids(cfg), seeds=cfg.seeds, split=cfg.split,
+    seeds = tuple(cfg.seeds if seeds is None else seeds)
+    cfg_run = RunConfig(cfg.env_id, os.fspath(out_dir), task_ids=task_ids(cfg), seeds=seeds, split=cfg.split,
                         env_kwargs={**cfg.env_kwargs, "perturbations": spec}, max_steps=cfg.max_steps,
                         workers=cfg.workers, progress=cfg.progress)
     run(policy, cfg_run, policy_name=name)
@@ -272,7 +290,7 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
                 continue  # no trained router: the table shows the baselines only
             run_dir = out / "runs" / cond / method
             policy = make_policy(method, agents, routers, dirs.get("slm"), cfg)
-            dirs[method] = run_method(policy, method, cfg, spec, run_dir)
+            dirs[method] = run_method(policy, method, cfg, spec, run_dir, cfg.seeds_for(cond))
             cells[method] = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
         results["conditions"][cond] = cells
         results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}

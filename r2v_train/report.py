@@ -174,7 +174,9 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
               "The oracle router is a hindsight upper bound (it knows which SLM rollouts fail), not a deployable "
               "method.", ""]
     if len(results["conditions"]) > 1:
-        parts += ["## Per perturbation type", "", per_type_table(results["conditions"], results["methods"]), ""]
+        seeds = results["config"].get("per_type_seeds") or results["config"]["seeds"]
+        parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",
+                  per_type_table(results["conditions"], results["methods"]), ""]
     plot_pareto(results, run_dir / "pareto.png")
     parts += ["## Cost / success (Figure 3)", "",
               f"Pareto frontier (deployable methods): {', '.join(results.get('pareto', []))}.", "",

@@ -83,6 +83,11 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     summary = run_pipeline(cfg, run_dir)
     results = json.load(open(run_dir / "eval" / "results.json"))
     assert results["methods"] == list(METHODS) and set(results["conditions"]) == {"composite", "flaky"}
+    from r2v_agents.shards import load_rows
+
+    seeds = {c: {e["z"] for e in load_rows(run_dir / "eval" / results["runs"][c]["slm"], "episodes")}
+             for c in ("composite", "flaky")}
+    assert seeds == {"composite": {0, 1}, "flaky": {3}}  # per-type conditions run on per_type_seeds
     report = Path(summary["report"])
     text = report.read_text()
     for png in ["pareto.png"] + [f"reliability-{r}.png" for r in results["calibration"]]:

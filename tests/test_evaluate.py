@@ -94,3 +94,19 @@ def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
                      eval_config(), tmp / "eval")
     assert seen and not any(seen)
     assert again["conditions"] == results["conditions"]
+
+
+def test_baseline_thresholds_come_from_validation_unless_fixed(evaluated):
+    """Entropy and heuristic scores are thresholded with Youden's J on the validation rows; a fixed
+    heuristic_threshold is kept as given."""
+    from r2v_agents.routers import HeuristicRouter, calibrate_threshold
+    from r2v_train.evaluate import build_routers, load_valid
+
+    tmp, _ = evaluated
+    agents = make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid"))
+    valid = load_valid(agents.valid_router_dir)
+    routers = build_routers(agents, eval_config())
+    expected = calibrate_threshold(HeuristicRouter().predict(valid.features), valid.y)
+    assert routers["heuristic"].threshold == expected and np.isfinite(expected)
+    assert build_routers(agents, eval_config(heuristic_threshold=0.7))["heuristic"].threshold == 0.7
+    assert build_routers(make_agents(tmp), eval_config())["heuristic"].threshold == 0.5  # no validation rows
