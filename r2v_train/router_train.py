@@ -283,7 +283,7 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     """
     import torch
 
-    from r2v_agents.router_mlp import RouterMLP, atomic_write, load_router, save_router
+    from r2v_agents.router_mlp import FastDropout, RouterMLP, atomic_write, load_router, save_router
     from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
 
     cfg = cfg or RouterTrainConfig()
@@ -342,8 +342,11 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
 
     bar = tqdm(range(start_epoch, cfg.epochs), desc=f"router[{cfg.mode}]", disable=not cfg.progress,
                initial=start_epoch, total=cfg.epochs)
+    dropouts = [m for m in model.modules() if isinstance(m, FastDropout)]
     for epoch in bar:
         model.train()
+        for m in dropouts:  # mask streams restart from torch's generator, whose state the checkpoint keeps
+            m.reseed()
         rows, segment, bounds = _pack_batches(rollout, n_rollouts, cfg.batch_size, rng)
         rows_t, segment_t = torch.from_numpy(rows), torch.from_numpy(segment)
         sums = {"loss": 0.0, "brier": 0.0, "risk_mean": 0.0, "cvar": 0.0}
