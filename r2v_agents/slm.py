@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -46,6 +47,17 @@ def best_candidate(cands: Sequence[Candidate]) -> Candidate | None:
 
 
 ADMISSIBLE_MODES = ("free", "snap")
+
+
+def decision_key(ctx: Context) -> int:
+    """A stable integer naming the decision at ``ctx``: its task, perturbation seed, episode and step.
+
+    Example:
+        >>> decision_key(Context.start("g", "o", {"step": 3})) == decision_key(Context.start("g", "o", {"step": 3}))
+        True
+    """
+    extra = ctx.extra or {}
+    return zlib.crc32(f"{ctx.task_id}\x00{extra.get('z')}\x00{extra.get('episode_id')}\x00{ctx.step}".encode())
 
 
 def snap_to_admissible(action: str, admissible: Sequence[str]) -> str:
@@ -93,9 +105,17 @@ class SLMPolicy(BatchPolicy):
         self.prompt_config, self.feature_variant = prompt_config, feature_variant
 
     def propose(self, contexts: Sequence[Context]) -> list[list[Candidate]]:
-        """K scored candidates per context (one sampler call for the whole batch)."""
+        """K scored candidates per context (one sampler call for the whole batch).
+
+        Samplers that accept keys get one per context, naming the decision (task, seed z, episode, step): its
+        candidates then do not depend on which other envs share the batch, and a prompt that recurs at another
+        step of the same episode is sampled afresh."""
         prompts = [build_prompt(c, self.prompt_config) for c in contexts]
-        batches = self.sampler.sample(prompts, self.k)
+        if getattr(self.sampler, "accepts_keys", False):
+            keys = [decision_key(c) for c in contexts]
+            batches = self.sampler.sample(prompts, self.k, keys=keys)
+        else:
+            batches = self.sampler.sample(prompts, self.k)
         if self.admissible == "snap":
             batches = [[replace(c, action=snap_to_admissible(c.action, ctx.admissible_actions or ())) for c in cands]
                        for ctx, cands in zip(contexts, batches)]

@@ -71,3 +71,40 @@ def test_slm_policy_on_the_tiny_model(tiny):
     assert len(d) == 2 and all(len(x.candidates) == 3 and len(x.features) == 15 for x in d)
     assert all(x.source == "slm" and isinstance(x.action, str) and x.action for x in d)
     assert build_prompt(ctx).endswith("Action:")
+
+
+def test_seeded_samples_do_not_depend_on_the_batch(tiny):
+    """Each prompt draws from its own stream (seed, key, text): alone, first or second in a batch, or in a
+    different batch size, it gets the same candidates; another key gives other draws."""
+    tok, model, _ = tiny
+    a, b = "Goal: take coin\nObservation:\nA room.\nAction:", "Goal: x\nAction:"
+    ids = lambda cands: [c.token_ids for c in cands]  # noqa: E731
+    alone = TransformersSampler(model, tok, max_new_tokens=6, seed=2).sample([a], k=4)[0]
+    batched = TransformersSampler(model, tok, max_new_tokens=6, seed=2, batch_size=1).sample([b, a], k=4)[1]
+    second = TransformersSampler(model, tok, max_new_tokens=6, seed=2).sample([b, a], k=4)[1]
+    assert ids(alone) == ids(batched) == ids(second)
+    keyed = TransformersSampler(model, tok, max_new_tokens=6, seed=2)
+    assert ids(keyed.sample([a], k=4, keys=[5])[0]) == ids(keyed.sample([b, a], k=4, keys=[1, 5])[1])
+    draws = {tuple(ids(keyed.sample([a], k=4, keys=[key])[0])) for key in range(6)}
+    assert len(draws) > 1
+    with pytest.raises(ValueError, match="keys"):
+        keyed.sample([a, b], k=2, keys=[1])
+
+
+def test_slm_rollouts_do_not_depend_on_the_worker_layout(tiny, tmp_path):
+    """The SLM passes a decision key per context, so its episodes are the same whether the runner steps the envs
+    in-process one at a time or batches whichever of two workers' envs are ready."""
+    from r2v_agents.runner import RunConfig, run
+    from r2v_agents.shards import load_rows
+
+    tok, model, _ = tiny
+
+    def rollouts(out, **kw):
+        slm = SLMPolicy(TransformersSampler(model, tok, max_new_tokens=5, seed=0), TextWorldVerifier(), k=3)
+        run(slm, RunConfig("R2V/Scripted-v0", str(out), task_ids=("scripted-0", "scripted-1", "scripted-2"),
+                           seeds=(0, 1), max_steps=5, progress=False, **kw))
+        return [(s["episode_id"], s["t"], s["action"], [c["action"] for c in s["candidates"]])
+                for s in load_rows(out, "steps", columns=["episode_id", "t", "action", "candidates"])]
+
+    inproc = rollouts(tmp_path / "a")
+    assert len(inproc) > 6 and inproc == rollouts(tmp_path / "b", workers=2, envs_per_worker=3)

@@ -23,17 +23,27 @@ class Sampler(Protocol):
 
 class ChunkedSampler:
     """Base of samplers that work on at most ``batch_size`` prompts at a time: :meth:`sample` splits the prompts
-    and subclasses implement ``_sample_chunk(prompts, k)``."""
+    and subclasses implement ``_sample_chunk(prompts, k, keys)``.
+
+    ``keys`` (one int per prompt, optional) name the decision each prompt belongs to; a sampler with
+    ``accepts_keys = True`` draws a prompt's samples from a stream seeded by its key and text alone, so they do not
+    depend on which other prompts share the batch (the runner batches whichever envs answer first).
+    """
 
     batch_size: int = 8
+    accepts_keys: bool = False
 
-    def sample(self, prompts: Sequence[str], k: int = 5) -> list[list[Candidate]]:
+    def sample(self, prompts: Sequence[str], k: int = 5, keys: Sequence[int] | None = None
+               ) -> list[list[Candidate]]:
+        if keys is not None and len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
         out: list[list[Candidate]] = []
         for i in range(0, len(prompts), self.batch_size):
-            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k))
+            chunk_keys = None if keys is None else list(keys[i:i + self.batch_size])
+            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k, chunk_keys))
         return out
 
-    def _sample_chunk(self, prompts: list[str], k: int) -> list[list[Candidate]]:
+    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
         raise NotImplementedError
 
 

@@ -69,7 +69,7 @@ class OpenAISampler(ChunkedSampler):
                                    timeout=timeout_s, max_retries=max_retries)
         self.client = client
 
-    def _sample_chunk(self, prompts: list[str], k: int) -> list[list[Candidate]]:
+    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
         import openai
 
         extra = {} if self.seed is None else {"seed": self.seed}

@@ -26,7 +26,12 @@ from r2v_agents.samplers import ChunkedSampler
 
 
 class TransformersSampler(ChunkedSampler):
-    """Samples with a KV-cached decoding loop; prompts longer than ``max_prompt_tokens`` keep their end."""
+    """Samples with a KV-cached decoding loop; prompts longer than ``max_prompt_tokens`` keep their end.
+
+    With a ``seed`` (or per-prompt ``keys``), each prompt's k samples come from its own generator seeded by
+    (seed, key, prompt text): the same prompt gives the same candidates in any batch, on any worker layout."""
+
+    accepts_keys = True
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
                  top_p: float = 1.0, max_prompt_tokens: int = 1024, batch_size: int = 8, device: str | None = None,
@@ -59,16 +64,20 @@ class TransformersSampler(ChunkedSampler):
             self._newline_ids = ids
         return self._newline_ids
 
-    def _sample_chunk(self, prompts: list[str], k: int) -> list[list[Candidate]]:
+    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
         import torch
 
-        if self.seed is not None:  # reproducible for a given batch of prompts
-            torch.manual_seed(self.seed + zlib.crc32("\x00".join(prompts).encode()))
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(self.model.parameters()).device
         ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
         mask = enc["attention_mask"][:, -self.max_prompt_tokens:].to(device)
-        new, logits = self._decode(ids, mask, k)
+        streams = None
+        if self.seed is not None or keys is not None:  # one stream per prompt: batch make-up cannot change it
+            streams = []
+            for i, prompt in enumerate(prompts):
+                key = zlib.crc32(prompt.encode(), zlib.crc32(str(0 if keys is None else keys[i]).encode()))
+                streams.append(torch.Generator(device=device).manual_seed((self.seed or 0) * 2**32 + key))
+        new, logits = self._decode(ids, mask, k, streams)
         logp = torch.log_softmax(logits.float(), dim=-1).cpu()
         new = new.cpu()
         tok_lp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
@@ -88,12 +97,13 @@ class TransformersSampler(ChunkedSampler):
             result.append(cands)
         return result
 
-    def _decode(self, ids: Any, mask: Any, k: int) -> tuple[Any, Any]:
+    def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None) -> tuple[Any, Any]:
         """Sample ``k`` continuations of each left-padded prompt: (token ids (B k, T), raw logits (B k, T, V)).
 
         The prompt is encoded once and its KV cache repeated k times (``generate(num_return_sequences=k)``
         encodes each prompt k times, which dominated sampling on CPU); decoding stops as soon as every
         sequence has emitted a stop token (EOS or a newline), since candidates are cut there anyway.
+        ``streams`` (one ``torch.Generator`` per prompt) make each prompt's draws its own.
         """
         import torch
 
@@ -111,7 +121,7 @@ class TransformersSampler(ChunkedSampler):
             done = torch.zeros(len(logits), dtype=torch.bool, device=ids.device)
             for t in range(self.max_new_tokens):
                 raw.append(logits)
-                nxt = self._pick(logits)
+                nxt = self._pick(logits, streams, k)
                 nxt = torch.where(done, self.tokenizer.pad_token_id, nxt)  # finished rows only pad
                 tokens.append(nxt)
                 done |= torch.isin(nxt, stop)
@@ -124,8 +134,12 @@ class TransformersSampler(ChunkedSampler):
                 logits = out.logits[:, -1]
         return torch.stack(tokens, dim=1), torch.stack(raw, dim=1)
 
-    def _pick(self, logits: Any) -> Any:
-        """One token per row from softmax(logits / temperature), restricted to the top-p nucleus."""
+    def _pick(self, logits: Any, streams: list[Any] | None = None, k: int = 1) -> Any:
+        """One token per row from softmax(logits / temperature), restricted to the top-p nucleus.
+
+        With ``streams`` (a generator per block of ``k`` rows) the draw is an exponential race,
+        argmax_v p_v / E_v with E_v ~ Exp(1) from the row's own generator, which picks v with probability p_v.
+        """
         import torch
 
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)
@@ -133,4 +147,8 @@ class TransformersSampler(ChunkedSampler):
             sorted_p, order = probs.sort(dim=-1, descending=True)
             outside = sorted_p.cumsum(-1) - sorted_p > self.top_p  # keep the smallest prefix reaching top_p
             probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
-        return torch.multinomial(probs, 1).squeeze(-1)
+        if streams is None:
+            return torch.multinomial(probs, 1).squeeze(-1)
+        width = probs.shape[-1]
+        race = torch.cat([torch.empty(k, width, device=probs.device).exponential_(generator=g) for g in streams])
+        return (probs / race).argmax(dim=-1)
