@@ -77,6 +77,9 @@ class EvalConfig:
     """teacher-query cap per episode for the routed methods"""
     heuristic_threshold: float | None = None
     """fixed threshold of the heuristic router; None fits it on validation labels (Youden's J), as for entropy"""
+    heuristic_sweep: tuple[float, ...] = ()
+    """extra heuristic-router thresholds run on the main condition: its cost/success curve, to compare R2V with
+    the heuristic at matched reliability (Figure 3)"""
     entropy_target_rate: float | None = None
     """validation escalation rate of the entropy router; None fits Youden's J on validation labels"""
     bootstrap: int = 1000
@@ -100,6 +103,7 @@ class EvalConfig:
         if self.per_type_seeds is not None:
             self.per_type_seeds = tuple(int(s) for s in self.per_type_seeds)
         self.per_type, self.methods = tuple(self.per_type), tuple(self.methods)
+        self.heuristic_sweep = tuple(float(t) for t in self.heuristic_sweep)
 
     def conditions(self) -> dict[str, Any]:
         """Condition name -> perturbation spec; the first is the main one."""
@@ -294,12 +298,55 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
             cells[method] = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
         results["conditions"][cond] = cells
         results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}
+    if cfg.heuristic_sweep and "heuristic" in cfg.methods:
+        results["sweeps"] = {"heuristic": heuristic_sweep(agents, routers, cfg, out)}
     if agents.valid_router_dir is not None:
         results["calibration"] = router_calibration(routers, agents.valid_router_dir)
     main = results["conditions"][results["main_condition"]]
     results["pareto"] = pareto_front({m: (c["llm_pct"], c["sr"]) for m, c in main.items() if m != "oracle"})
     write_json_atomic(out / RESULTS_FILE, results)
     return results
+
+
+def heuristic_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig, out: Path) -> list[dict[str, Any]]:
+    """The heuristic router at each threshold of ``cfg.heuristic_sweep`` under the main condition: one runner
+    directory per threshold (``runs/<condition>/heuristic@<tau>``), rows sorted by threshold."""
+    from r2v_agents.routers import HeuristicRouter
+
+    cond, spec = next(iter(cfg.conditions().items()))
+    rows = []
+    for tau in sorted(set(cfg.heuristic_sweep)):
+        swept = {**routers, "heuristic": HeuristicRouter(tau)}
+        run_dir = out / "runs" / cond / f"heuristic@{tau:g}"
+        run_method(make_policy("heuristic", agents, swept, None, cfg), f"heuristic@{tau:g}", cfg, spec, run_dir)
+        rows.append({"threshold": tau, "run": os.path.relpath(run_dir, out),
+                     **run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)})
+    return rows
+
+
+def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: float = 2.0) -> dict[str, Any] | None:
+    """The cheapest heuristic operating point (fitted threshold or sweep) whose SR is within ``slack`` points of
+    ``method``'s, with both LLM% values; None without a sweep or when no heuristic point gets that close.
+
+    Example:
+        >>> cell = lambda sr, llm: {"sr": sr, "llm_pct": llm}  # noqa: E731
+        >>> res = {"main_condition": "c", "conditions": {"c": {"r2v": cell(99.0, 40.0), "heuristic": cell(90.0, 30.0)}},
+        ...        "sweeps": {"heuristic": [dict(cell(97.5, 70.0), threshold=0.2), dict(cell(99.0, 85.0), threshold=0.1)]}}
+        >>> matched_reliability(res)["heuristic_llm_pct"], matched_reliability(res)["threshold"]
+        (70.0, 0.2)
+    """
+    cells = results["conditions"][results["main_condition"]]
+    sweep = (results.get("sweeps") or {}).get("heuristic")
+    if not sweep or method not in cells or "heuristic" not in cells:
+        return None
+    target = cells[method]["sr"] - slack
+    points = [dict(c, threshold=c.get("threshold", "fitted")) for c in [cells["heuristic"], *sweep]]
+    ok = [c for c in points if c["sr"] >= target - 1e-9]
+    if not ok:
+        return None
+    best = min(ok, key=lambda c: c["llm_pct"])
+    return {"method_sr": cells[method]["sr"], "method_llm_pct": cells[method]["llm_pct"], "heuristic_sr": best["sr"],
+            "heuristic_llm_pct": best["llm_pct"], "threshold": best["threshold"], "slack": slack}
 
 
 def load_results(out_dir: str | os.PathLike) -> dict[str, Any]:

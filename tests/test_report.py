@@ -11,7 +11,7 @@ from tests.eval_fixtures import assert_report_matches_shards, eval_config, make_
 def reported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     router, _, valid, _ = trained_run(tmp)
-    results = evaluate(make_agents(tmp, router, valid), eval_config(), tmp / "eval")
+    results = evaluate(make_agents(tmp, router, valid), eval_config(heuristic_sweep=(0.05, 0.9)), tmp / "eval")
     return tmp, results, write_report(tmp, extra={"wall time": "1 s"})
 
 
@@ -21,7 +21,8 @@ def test_report_writes_every_artifact(reported):
     for png in ["pareto.png"] + [f"reliability-{r}.png" for r in results["calibration"]]:
         assert (tmp / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
-    for heading in ("## Table 1", "## Per perturbation type", "## Router calibration", "- wall time: 1 s"):
+    for heading in ("## Table 1", "## Per perturbation type", "## Router calibration", "- wall time: 1 s",
+                    "## Heuristic router across thresholds"):
         assert heading in text
 
 
@@ -33,3 +34,24 @@ def test_report_numbers_match_the_shards(reported):
 def test_report_without_results_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path)
+
+
+def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(reported):
+    """Each swept threshold is its own runner directory; a lower threshold escalates more and (here) succeeds more."""
+    from r2v_agents.shards import load_rows
+    from r2v_train.evaluate import matched_reliability
+    from r2v_train.report import parse_markdown_table
+
+    tmp, results, path = reported
+    sweep = results["sweeps"]["heuristic"]
+    assert [c["threshold"] for c in sweep] == [0.05, 0.9]
+    for c in sweep:
+        eps = load_rows(tmp / "eval" / c["run"], "episodes", columns=["success"])
+        assert len(eps) == c["episodes"] and c["sr"] == pytest.approx(100 * sum(e["success"] for e in eps) / len(eps))
+    low, high = sweep
+    assert low["llm_pct"] > high["llm_pct"] and low["sr"] >= high["sr"]
+    rows = parse_markdown_table(path.read_text(), "## Heuristic router across thresholds")
+    assert [float(r["LLM%"]) for r in rows] == pytest.approx([c["llm_pct"] for c in sweep], abs=0.05)
+    match = matched_reliability(results)
+    if match is not None:
+        assert match["heuristic_sr"] >= match["method_sr"] - 2 and "At matched reliability" in path.read_text()
