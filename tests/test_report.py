@@ -52,6 +52,8 @@ def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(repo
     assert low["llm_pct"] > high["llm_pct"] and low["sr"] >= high["sr"]
     rows = parse_markdown_table(path.read_text(), "## Heuristic router across thresholds")
     assert [float(r["LLM%"]) for r in rows] == pytest.approx([c["llm_pct"] for c in sweep], abs=0.05)
-    match = matched_reliability(results)
-    if match is not None:
-        assert match["heuristic_sr"] >= match["method_sr"] - 2 and "At matched reliability" in path.read_text()
+    match = matched_reliability(results)  # the scripted run's heuristic reaches R2V's SR at some threshold
+    assert match is not None and match["heuristic_sr"] >= match["method_sr"] - 2
+    cheapest = min((c for c in [results["conditions"]["composite"]["heuristic"], *sweep]
+                    if c["sr"] >= match["method_sr"] - 2), key=lambda c: c["llm_pct"])
+    assert match["heuristic_llm_pct"] == cheapest["llm_pct"] and "At matched reliability" in path.read_text()

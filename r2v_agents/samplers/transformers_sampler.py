@@ -1,8 +1,8 @@
 """K-candidate sampling with Hugging Face transformers (CPU or GPU), with per-token log-probs and entropies.
 
 Log-probs and entropies come from the model's raw logits, i.e. the policy's own distribution before
-temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut at its first EOS or newline token; padding
-after a finished sequence is masked out (NOTES.md, pitfall 5).
+temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut
+at its first EOS or newline token; padding after a finished sequence is masked out (NOTES.md, pitfall 5).
 
 Example:
     >>> from r2v_agents.tiny import build_tiny_model, train_tokenizer
