@@ -34,10 +34,18 @@ from r2v_agents.features import FEATURE_NAMES, apply_mask
 _IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 
 
-def calibrate_threshold(scores: np.ndarray, labels: np.ndarray | None = None, target_rate: float | None = None
-                        ) -> float:
+def calibrate_threshold(scores: np.ndarray, labels: np.ndarray | None = None, target_rate: float | None = None,
+                        recall: float | None = None) -> float:
     """A threshold on validation scores: the (1 - ``target_rate``) quantile when an escalation rate is
-    given, else the cut that maximises Youden's J = TPR - FPR for predicting failure labels (y = 1)."""
+    given; with ``recall``, the highest cut that escalates at least that share of the failure rows (y = 1), i.e.
+    the cheapest threshold with that true-positive rate; else the cut that maximises Youden's J = TPR - FPR for
+    predicting failure labels.
+
+    Example:
+        >>> s, y = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]), np.array([0, 1, 0, 1, 0, 1])
+        >>> calibrate_threshold(s, y, recall=2 / 3), calibrate_threshold(s, y, recall=1.0)
+        (0.4, 0.2)
+    """
     scores = np.asarray(scores, dtype=float)
     if scores.size == 0:
         raise ValueError("no validation scores to calibrate on")
@@ -48,6 +56,14 @@ def calibrate_threshold(scores: np.ndarray, labels: np.ndarray | None = None, ta
     if labels is None:
         raise ValueError("give labels or a target_rate")
     y = np.asarray(labels).astype(bool)
+    if recall is not None:
+        if not 0.0 <= recall <= 1.0:
+            raise ValueError("recall must be in [0, 1]")
+        if not y.any():
+            raise ValueError("no failure rows (y = 1) to match a recall on")
+        pos = np.sort(scores[y])[::-1]  # the n-th highest failure score escalates n failure rows
+        need = int(np.ceil(recall * len(pos) - 1e-9))
+        return float(np.inf) if need == 0 else float(pos[need - 1])
     if y.all() or not y.any():
         return float(scores.min()) if y.all() else float(np.inf)
     best, best_j = float(np.inf), -1.0
@@ -74,10 +90,10 @@ class Router:
     def escalate(self, features: np.ndarray, contexts: Sequence[Context] | None = None) -> np.ndarray:
         return self.predict(np.atleast_2d(features), contexts) >= self.threshold
 
-    def calibrate(self, features: np.ndarray, labels: np.ndarray | None = None, target_rate: float | None = None
-                  ) -> float:
+    def calibrate(self, features: np.ndarray, labels: np.ndarray | None = None, target_rate: float | None = None,
+                  recall: float | None = None) -> float:
         """Set the threshold from validation features (and failure labels): see :func:`calibrate_threshold`."""
-        self.threshold = calibrate_threshold(self.predict(np.atleast_2d(features)), labels, target_rate)
+        self.threshold = calibrate_threshold(self.predict(np.atleast_2d(features)), labels, target_rate, recall)
         return self.threshold
 
 

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import functools
 import zlib
 from collections.abc import Sequence
 from dataclasses import replace
@@ -75,11 +76,26 @@ def snap_to_admissible(action: str, admissible: Sequence[str]) -> str:
     """
     if not admissible or not action:
         return action
+    return _snap(action, tuple(admissible))
+
+
+@functools.lru_cache(maxsize=65536)
+def _snap(action: str, admissible: tuple[str, ...]) -> str:
+    # the K candidates of a step, and the methods of an evaluation, snap the same texts to the same lists
     norm = " ".join(action.lower().split())
     options = {" ".join(a.lower().split()): a for a in admissible}
     if norm in options:
         return options[norm]
-    return max(admissible, key=lambda a: difflib.SequenceMatcher(None, norm, a.lower()).ratio())
+    # max() by SequenceMatcher.ratio(), first maximum kept; the cheap upper bounds skip options that cannot win
+    matcher, best, best_ratio = difflib.SequenceMatcher(None, norm), admissible[0], -1.0
+    for a in admissible:
+        matcher.set_seq2(a.lower())
+        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+            continue
+        ratio = matcher.ratio()
+        if ratio > best_ratio:
+            best, best_ratio = a, ratio
+    return best
 
 
 class SLMPolicy(BatchPolicy):

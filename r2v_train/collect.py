@@ -270,12 +270,16 @@ def make_sampler(model_dir: str, cfg: RouterDataConfig):
     raise UnknownChoiceError("sampler", cfg.sampler, ["transformers", "vllm", "openai"])
 
 
-def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWorld-v0"):
-    """The SLM-only policy of Algorithm 2 (lines 3-5) on a saved model: K samples, the benchmark's verifier, f_t."""
+def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWorld-v0", sampler: Any = None):
+    """The SLM-only policy of Algorithm 2 (lines 3-5) on a saved model: K samples, the benchmark's verifier, f_t.
+
+    ``sampler`` (e.g. a :class:`r2v_agents.samplers.memo.MemoSampler` shared by several policies) replaces the one
+    :func:`make_sampler` would load."""
     from r2v_agents.slm import SLMPolicy
     from r2v_agents.verifiers import verifier_for
 
-    return SLMPolicy(make_sampler(model_dir, cfg), verifier_for(env_id), k=cfg.k, admissible=cfg.admissible)
+    sampler = make_sampler(model_dir, cfg) if sampler is None else sampler
+    return SLMPolicy(sampler, verifier_for(env_id), k=cfg.k, admissible=cfg.admissible)
 
 
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],

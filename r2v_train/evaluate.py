@@ -5,8 +5,10 @@ perturbation type alone:
 
 * ``slm``: the SLM alone (best of K verified candidates);
 * ``entropy``: escalate when the mean token entropy is high (threshold fitted on validation, Youden's J);
-* ``heuristic``: non-learned verifier rules (:class:`r2v_agents.routers.HeuristicRouter`), its threshold fitted
-  on validation like the entropy router's (Youden's J) unless ``heuristic_threshold`` fixes it;
+* ``heuristic``: non-learned verifier rules (:class:`r2v_agents.routers.HeuristicRouter`) at comparable
+  reliability, as in the paper's Table 1: its threshold is the cheapest one that escalates as large a share of the
+  validation failure rows as R2V's router does (``heuristic_fit``; Youden's J without a trained router, or on
+  request); ``heuristic_threshold`` fixes it;
 * ``r2v``: the trained, calibrated router (``router.pt``, Algorithm 2);
 * ``oracle``: HINDSIGHT upper bound: escalates every step of a (task, z) whose logged ``slm`` rollout failed,
   so ``slm`` always runs first;
@@ -45,6 +47,7 @@ METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "H
                  "oracle": "Oracle router (hindsight)", "llm": "LLM-only"}
 PERTURBATION_TYPES: tuple[str, ...] = ("flaky", "partial", "distractor", "injection")
 RESULTS_FILE = "results.json"
+HEURISTIC_FITS: tuple[str, ...] = ("match_r2v", "youden")
 
 
 @dataclass
@@ -76,7 +79,11 @@ class EvalConfig:
     budget_per_episode: int | None = None
     """teacher-query cap per episode for the routed methods"""
     heuristic_threshold: float | None = None
-    """fixed threshold of the heuristic router; None fits it on validation labels (Youden's J), as for entropy"""
+    """fixed threshold of the heuristic router; None fits it on the validation rows (``heuristic_fit``)"""
+    heuristic_fit: str = "match_r2v"
+    """how the heuristic's threshold is fitted on validation: ``match_r2v`` = the highest threshold whose recall
+    of failure rows (y_t = 1) reaches the R2V router's, so Table 1 compares their cost at comparable reliability
+    (Youden's J when no router is trained); ``youden`` = maximise TPR - FPR, as for the entropy router"""
     heuristic_sweep: tuple[float, ...] = ()
     """extra heuristic-router thresholds run on the main condition: its cost/success curve, to compare R2V with
     the heuristic at matched reliability (Figure 3)"""
@@ -104,6 +111,8 @@ class EvalConfig:
             self.per_type_seeds = tuple(int(s) for s in self.per_type_seeds)
         self.per_type, self.methods = tuple(self.per_type), tuple(self.methods)
         self.heuristic_sweep = tuple(float(t) for t in self.heuristic_sweep)
+        if self.heuristic_fit not in HEURISTIC_FITS:
+            raise UnknownChoiceError("heuristic_fit", self.heuristic_fit, HEURISTIC_FITS)
 
     def conditions(self) -> dict[str, Any]:
         """Condition name -> perturbation spec; the first is the main one."""
@@ -187,20 +196,23 @@ def build_routers(agents: Agents, cfg: EvalConfig) -> dict[str, Any]:
     """The deployable routers: entropy and heuristic (thresholds fitted on validation) and, if trained, R2V.
 
     Both baselines turn a non-learned score into a decision with the same validation data the R2V threshold is
-    selected on; without validation rows the heuristic keeps its rule threshold (0.5)."""
+    selected on (``cfg.heuristic_fit``); without validation rows the heuristic keeps its rule threshold (0.5)."""
     from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter
 
+    routers: dict[str, Any] = {}
+    if agents.router_path is not None and os.path.exists(agents.router_path):
+        routers["r2v"] = MLPRouter.load(agents.router_path)
     heuristic = HeuristicRouter(0.5 if cfg.heuristic_threshold is None else cfg.heuristic_threshold)
     entropy = EntropyRouter()
     if agents.valid_router_dir is not None:
         valid = load_valid(agents.valid_router_dir)
         entropy.calibrate(valid.features, valid.y, cfg.entropy_target_rate)
         if cfg.heuristic_threshold is None:
-            heuristic.calibrate(valid.features, valid.y)
-    routers: dict[str, Any] = {"heuristic": heuristic, "entropy": entropy}
-    if agents.router_path is not None and os.path.exists(agents.router_path):
-        routers["r2v"] = MLPRouter.load(agents.router_path)
-    return routers
+            recall = None
+            if cfg.heuristic_fit == "match_r2v" and "r2v" in routers and valid.y.any():
+                recall = float(np.mean(routers["r2v"].escalate(valid.features)[valid.y.astype(bool)]))
+            heuristic.calibrate(valid.features, valid.y, recall=recall)
+    return {"heuristic": heuristic, "entropy": entropy, **routers}
 
 
 def load_valid(path: str | os.PathLike):
@@ -217,9 +229,10 @@ def router_calibration(routers: Mapping[str, Any], valid_router_dir: str | os.Pa
     for name, router in routers.items():
         if getattr(router, "hindsight", False):
             continue
-        out[name] = {**calibration_metrics(router.predict(valid.features), valid.y),
-                     "threshold": float(router.threshold),
-                     "escalation_rate": float(np.mean(router.predict(valid.features) >= router.threshold))}
+        p, y = router.predict(valid.features), valid.y.astype(bool)
+        out[name] = {**calibration_metrics(p, valid.y), "threshold": float(router.threshold),
+                     "escalation_rate": float(np.mean(p >= router.threshold)),
+                     "failure_recall": float(np.mean(p[y] >= router.threshold)) if y.any() else float("nan")}
     return out
 
 

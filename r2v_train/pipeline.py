@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,27 +96,43 @@ def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
     """The evaluation's parts from a chain run directory: the DPO policy (BC if DPO is absent), the teacher, the
     router and the validation router rows."""
     from r2v_train.chain import stage_paths
-    from r2v_train.collect import make_teacher, slm_policy
+    from r2v_train.collect import make_teacher
 
     p = stage_paths(run_dir)
     model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
-    return Agents(slm=lambda: slm_policy(model, chain.router_data, chain.env.env_id),
+    return Agents(slm=shared_slm(model, chain.router_data, chain.env.env_id),
                   teacher=lambda: make_teacher(chain.teacher),
                   router_path=p["router"], valid_router_dir=p["router_data_valid"])
+
+
+def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
+    """A factory of fresh SLM policies over one sampler, loaded on first use and memoised
+    (:class:`r2v_agents.samplers.memo.MemoSampler`): the methods of an evaluation share the SLM's draws for the
+    decisions they have in common instead of sampling them again (the draws are a function of the decision)."""
+    from r2v_train.collect import make_sampler, slm_policy
+
+    shared: list[Any] = []
+
+    def make() -> Any:
+        if not shared:
+            from r2v_agents.samplers.memo import MemoSampler
+
+            shared.append(MemoSampler(make_sampler(model_dir, cfg)))
+        return slm_policy(model_dir, cfg, env_id, sampler=shared[0])
+    return make
 
 
 def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
     """``retrain(lam, out_dir) -> SLM factory`` for the lambda_cons sweep: the chain's DPO stage from the run's BC
     model and preference pairs with ``consistency_coef = lam``."""
     from r2v_train.chain import stage_paths
-    from r2v_train.collect import slm_policy
     from r2v_train.policy_stages import dpo_stage
 
     p = stage_paths(run_dir)
 
     def retrain(lam: float, out_dir: str):
         out = dpo_stage(dataclasses.replace(chain.dpo, consistency_coef=lam), p["bc_model"], p["pairs"], out_dir)
-        return lambda: slm_policy(out["model"], chain.router_data, chain.env.env_id)
+        return shared_slm(out["model"], chain.router_data, chain.env.env_id)
     return retrain
 
 
@@ -212,6 +228,13 @@ class RunDirArgs:
     """the YAML config the run was made with"""
 
 
+def _use_chain_threads(cfg: PipelineConfig) -> None:
+    """Torch threads as in the chain (``r2v pipeline`` evaluates in the chain's process, so it has them already)."""
+    from r2v_train.chain import _set_threads
+
+    _set_threads(cfg.chain.threads)
+
+
 def _pipeline(args: PipelineArgs) -> None:
     print(summary_text(run_pipeline(load_config(args.config), args.run_dir)))
 
@@ -220,6 +243,7 @@ def _evaluate(args: RunDirArgs) -> None:
     from r2v_train.evaluate import evaluate, methods_table
 
     cfg = load_config(args.config)
+    _use_chain_threads(cfg)
     r = evaluate(agents_from_run(cfg.chain, args.run_dir), cfg.evaluate, Path(args.run_dir) / "eval")
     print(methods_table(r["conditions"][r["main_condition"]]))
 
@@ -234,7 +258,9 @@ def _ablate(name: str):
     def cmd(args: RunDirArgs) -> None:
         from r2v_train.report import ablation_table, write_report
 
-        out = run_ablation(name, load_config(args.config), args.run_dir)
+        cfg = load_config(args.config)
+        _use_chain_threads(cfg)
+        out = run_ablation(name, cfg, args.run_dir)
         print(ablation_table(out["rows"]))
         if (Path(args.run_dir) / "eval" / "results.json").exists():
             print(write_report(args.run_dir))

@@ -10,10 +10,10 @@ the shards it was computed from. Plots (PNG, matplotlib's Agg backend, no displa
 
 Example:
     >>> print(calibration_table({"r2v": {"ece": 0.05, "brier": 0.1, "threshold": 0.5, "escalation_rate": 0.3,
-    ...                                  "n": 10}}))
-    | router | ECE | Brier | threshold | valid escalation | rows |
-    |---|---:|---:|---:|---:|---:|
-    | r2v | 0.0500 | 0.1000 | 0.500 | 30.0% | 10 |
+    ...                                  "failure_recall": 0.6, "n": 10}}))
+    | router | ECE | Brier | threshold | valid escalation | failure rows escalated | rows |
+    |---|---:|---:|---:|---:|---:|---:|
+    | r2v | 0.0500 | 0.1000 | 0.500 | 30.0% | 60.0% | 10 |
 """
 
 from __future__ import annotations
@@ -36,11 +36,47 @@ ABLATION_TITLES = {
 
 
 def calibration_table(cal: Mapping[str, Mapping[str, Any]]) -> str:
-    lines = ["| router | ECE | Brier | threshold | valid escalation | rows |", "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| router | ECE | Brier | threshold | valid escalation | failure rows escalated | rows |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, c in cal.items():
+        recall = c.get("failure_recall")
         lines.append(f"| {name} | {c['ece']:.4f} | {c['brier']:.4f} | {c['threshold']:.3f} | "
-                     f"{100 * c['escalation_rate']:.1f}% | {c['n']} |")
+                     f"{100 * c['escalation_rate']:.1f}% | {'-' if recall is None else f'{100 * recall:.1f}%'} | "
+                     f"{c['n']} |")
     return "\n".join(lines)
+
+
+def baseline_thresholds(results: Mapping[str, Any]) -> str:
+    """How the entropy and heuristic routers' thresholds were set (the validation rows of the calibration table).
+
+    Example:
+        >>> res = {"config": {"heuristic_threshold": None, "heuristic_fit": "match_r2v", "entropy_target_rate": None},
+        ...        "calibration": {"r2v": {"failure_recall": 0.9, "threshold": 0.5},
+        ...                        "heuristic": {"failure_recall": 0.91, "threshold": 0.1875},
+        ...                        "entropy": {"failure_recall": 0.5, "threshold": 0.4}}}
+        >>> print(baseline_thresholds(res))
+        Baseline thresholds, set on the validation rows: entropy router 0.400 (Youden's J); heuristic router 0.188, the cheapest one escalating at least R2V's share of the failure rows (91.0% vs 90.0%: comparable reliability).
+    """
+    cfg, cal = results["config"], results.get("calibration") or {}
+    if not cal:
+        return "Baseline thresholds: rule defaults (no validation rows)."
+    parts = []
+    if "entropy" in cal:
+        how = ("Youden's J" if cfg.get("entropy_target_rate") is None
+               else f"validation escalation rate {cfg['entropy_target_rate']:g}")
+        parts.append(f"entropy router {cal['entropy']['threshold']:.3f} ({how})")
+    if "heuristic" in cal:
+        h, r = cal["heuristic"], cal.get("r2v")
+        if cfg.get("heuristic_threshold") is not None:
+            how = "fixed in the config"
+        elif cfg.get("heuristic_fit", "youden") == "match_r2v" and r is not None and "failure_recall" in h:
+            how = (f"the cheapest one escalating at least R2V's share of the failure rows "
+                   f"({100 * h['failure_recall']:.1f}% vs {100 * r['failure_recall']:.1f}%: comparable reliability)")
+        else:
+            how = "Youden's J"
+        parts.append(f"heuristic router {h['threshold']:.3f}, {how}" if "cheapest" in how
+                     else f"heuristic router {h['threshold']:.3f} ({how})")
+    return "Baseline thresholds, set on the validation rows: " + "; ".join(parts) + "."
 
 
 def per_type_table(conditions: Mapping[str, Mapping[str, Any]], methods: list[str]) -> str:
@@ -176,7 +212,7 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
         parts += ["## Run", ""] + [f"- {k}: {v}" for k, v in extra.items()] + [""]
     parts += [f"## Table 1: methods under `{main}` perturbations", "", methods_table(cells), "",
               "The oracle router is a hindsight upper bound (it knows which SLM rollouts fail), not a deployable "
-              "method.", ""]
+              "method.", baseline_thresholds(results), ""]
     if len(results["conditions"]) > 1:
         seeds = results["config"].get("per_type_seeds") or results["config"]["seeds"]
         parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",

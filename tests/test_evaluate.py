@@ -97,16 +97,30 @@ def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
 
 
 def test_baseline_thresholds_come_from_validation_unless_fixed(evaluated):
-    """Entropy and heuristic scores are thresholded with Youden's J on the validation rows; a fixed
-    heuristic_threshold is kept as given."""
+    """The heuristic is set to R2V's recall of validation failure rows (comparable reliability), or to Youden's J
+    on request or without a trained router, like the entropy router; a fixed heuristic_threshold is kept."""
     from r2v_agents.routers import HeuristicRouter, calibrate_threshold
     from r2v_train.evaluate import build_routers, load_valid
 
-    tmp, _ = evaluated
+    tmp, results = evaluated
     agents = make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid"))
     valid = load_valid(agents.valid_router_dir)
+    y, scores = valid.y.astype(bool), HeuristicRouter().predict(valid.features)
     routers = build_routers(agents, eval_config())
-    expected = calibrate_threshold(HeuristicRouter().predict(valid.features), valid.y)
-    assert routers["heuristic"].threshold == expected and np.isfinite(expected)
+    r2v_recall = routers["r2v"].escalate(valid.features)[y].mean()
+    matched = routers["heuristic"].threshold
+    assert (scores[y] >= matched).mean() >= r2v_recall > 0
+    assert (scores[y] >= scores[scores > matched].min()).mean() < r2v_recall  # no cheaper cut reaches it
+    cal = results["calibration"]
+    assert cal["heuristic"]["threshold"] == matched
+    assert cal["heuristic"]["failure_recall"] >= cal["r2v"]["failure_recall"] == pytest.approx(r2v_recall)
+
+    youden = calibrate_threshold(scores, valid.y)
+    assert build_routers(agents, eval_config(heuristic_fit="youden"))["heuristic"].threshold == youden
+    no_router = make_agents(tmp, str(tmp / "missing-router.pt"), agents.valid_router_dir)
+    assert build_routers(no_router, eval_config())["heuristic"].threshold == youden
+    assert np.isfinite(youden) and youden != matched  # the test data tells the two rules apart
     assert build_routers(agents, eval_config(heuristic_threshold=0.7))["heuristic"].threshold == 0.7
     assert build_routers(make_agents(tmp), eval_config())["heuristic"].threshold == 0.5  # no validation rows
+    with pytest.raises(UnknownChoiceError):
+        eval_config(heuristic_fit="median")

@@ -39,6 +39,26 @@ def test_calibrate_threshold_youden_and_target_rate():
         calibrate_threshold(scores)
 
 
+def test_calibrate_threshold_to_a_failure_recall():
+    """The cheapest cut escalating at least the given share of failure rows: with ties, every row at the cut."""
+    scores = np.array([0.9, 0.8, 0.8, 0.7, 0.5, 0.4, 0.2, 0.1])
+    labels = np.array([1, 1, 0, 1, 1, 0, 1, 0])
+    y = labels.astype(bool)
+    for recall in (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0):
+        t = calibrate_threshold(scores, labels, recall=recall)
+        assert (scores[y] >= t).mean() >= recall
+        higher = scores[scores > t]  # any higher cut misses the recall
+        if higher.size:
+            assert (scores[y] >= higher.min()).mean() < recall
+    assert calibrate_threshold(scores, labels, recall=0.6) == pytest.approx(0.7)  # 3 of the 5 failure rows
+    assert calibrate_threshold(scores, labels, recall=0.8) == pytest.approx(0.5)
+    assert np.isinf(calibrate_threshold(scores, labels, recall=0.0))
+    with pytest.raises(ValueError, match="recall"):
+        calibrate_threshold(scores, labels, recall=1.5)
+    with pytest.raises(ValueError, match="failure rows"):
+        calibrate_threshold(scores, np.zeros(8), recall=0.5)
+
+
 def test_entropy_router_calibrated_on_validation():
     ent = np.array([0.05, 0.1, 0.2, 1.5, 2.0, 3.0])
     f = np.stack([feats(token_entropy_mean=e) for e in ent])

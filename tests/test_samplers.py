@@ -108,3 +108,38 @@ def test_slm_rollouts_do_not_depend_on_the_worker_layout(tiny, tmp_path):
 
     inproc = rollouts(tmp_path / "a")
     assert len(inproc) > 6 and inproc == rollouts(tmp_path / "b", workers=2, envs_per_worker=3)
+
+
+def test_memo_sampler_returns_what_the_sampler_draws_and_samples_each_decision_once(tiny, tmp_path):
+    """Two methods over the same episodes through one memo: the second asks only for decisions the first did not
+    (hits), every answer equals a fresh sampler's, and callers get copies they may score."""
+    from r2v_agents.runner import RunConfig, run
+    from r2v_agents.samplers.memo import MemoSampler
+    from r2v_agents.shards import load_rows
+
+    tok, model, _ = tiny
+    memo = MemoSampler(TransformersSampler(model, tok, max_new_tokens=5, seed=0))
+    drawn = []
+
+    def rollouts(sampler, out):
+        run(SLMPolicy(sampler, TextWorldVerifier(), k=3),
+            RunConfig("R2V/Scripted-v0", str(out), task_ids=("scripted-0", "scripted-1"), seeds=(0,),
+                      max_steps=5, progress=False))
+        return [(s["episode_id"], s["t"], [(c["action"], c["token_logprobs"], c["verifier_score"])
+                                            for c in s["candidates"]])
+                for s in load_rows(out, "steps", columns=["episode_id", "t", "candidates"])]
+
+    first = rollouts(memo, tmp_path / "a")
+    drawn.append(memo.misses)
+    second = rollouts(memo, tmp_path / "b")
+    fresh = rollouts(TransformersSampler(model, tok, max_new_tokens=5, seed=0), tmp_path / "c")
+    assert first == second == fresh and len(first) > 2
+    assert memo.misses == drawn[0] == len(first) and memo.hits == len(first)
+    prompts, keys = ["Goal: x\nAction:"], [7]
+    a, b = memo.sample(prompts, 2, keys=keys), memo.sample(prompts, 2, keys=keys)
+    a[0][0].verifier_score = 0.9
+    assert b[0][0].verifier_score is None and a[0][0].token_ids == b[0][0].token_ids
+    assert memo.sample(prompts, 3, keys=keys)[0] != a[0]  # k is part of the decision
+    unkeyed_before = memo.misses
+    memo.sample(prompts, 2)
+    assert memo.misses == unkeyed_before  # without keys: passed through, never memoised
