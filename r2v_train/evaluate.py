@@ -169,6 +169,46 @@ def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -
     return out
 
 
+def paired_bootstrap(a: Mapping[str, tuple[float, int, int]], b: Mapping[str, tuple[float, int, int]],
+                     n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """SR and LLM% of method ``a`` minus method ``b`` on the same episodes (``episode_id -> (success, steps,
+    teacher_steps)``), with 95% CIs from resampling episodes jointly: the methods share tasks and seeds, so
+    pairing removes the episode-to-episode spread both CIs of Table 1 carry.
+
+    Example:
+        >>> a = {"e1": (1, 4, 1), "e2": (1, 4, 2), "e3": (1, 6, 3)}
+        >>> b = {"e1": (1, 4, 2), "e2": (0, 4, 4), "e3": (1, 6, 5)}
+        >>> d = paired_bootstrap(a, b, n_boot=200)
+        >>> round(d["sr_diff"], 1), round(d["llm_pct_diff"], 1), d["llm_pct_diff_ci"][1] < 0
+        (33.3, -35.7, True)
+    """
+    if set(a) != set(b) or not a:
+        raise ValueError(f"paired comparison needs the same episodes: {len(set(a) ^ set(b))} differ"
+                         if a else "no episodes to compare")
+    keys = sorted(a)
+    x, y = (np.array([m[k] for k in keys], dtype=np.float64) for m in (a, b))
+    idx = np.random.default_rng(seed).integers(0, len(keys), size=(n_boot, len(keys)))
+
+    def llm(m: np.ndarray, i: Any) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.nan_to_num(m[i, 2].sum(axis=-1) / m[i, 1].sum(axis=-1)) * 100
+
+    sr_b = (x[idx, 0] - y[idx, 0]).mean(axis=1) * 100
+    llm_b = llm(x, idx) - llm(y, idx)
+    ci = lambda v: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]  # noqa: E731
+    everything = np.arange(len(keys))
+    return {"episodes": len(keys), "sr_diff": float((x[:, 0] - y[:, 0]).mean() * 100), "sr_diff_ci": ci(sr_b),
+            "llm_pct_diff": float(llm(x, everything) - llm(y, everything)), "llm_pct_diff_ci": ci(llm_b)}
+
+
+def episode_outcomes(run_dir: str | os.PathLike) -> dict[str, tuple[float, int, int]]:
+    """``episode_id -> (success, steps, teacher steps)`` of a runner directory."""
+    from r2v_agents.shards import load_rows
+
+    rows = load_rows(run_dir, "episodes", columns=["episode_id", "success", "steps", "teacher_calls"])
+    return {r["episode_id"]: (float(r["success"]), int(r["steps"]), int(r["teacher_calls"])) for r in rows}
+
+
 def calibration_metrics(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """ECE, Brier and the reliability bins of failure probabilities ``p`` against labels ``y``."""
     from r2v_train import calibration
@@ -311,6 +351,11 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
             cells[method] = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
         results["conditions"][cond] = cells
         results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}
+    main_dirs = results["runs"][results["main_condition"]]
+    if "r2v" in main_dirs:  # R2V against each other method on the same episodes
+        r2v = episode_outcomes(out / main_dirs["r2v"])
+        results["paired"] = {m: paired_bootstrap(r2v, episode_outcomes(out / d), cfg.bootstrap, cfg.bootstrap_seed)
+                             for m, d in main_dirs.items() if m != "r2v"}
     if cfg.heuristic_sweep and "heuristic" in cfg.methods:
         results["sweeps"] = {"heuristic": heuristic_sweep(agents, routers, cfg, out)}
     if agents.valid_router_dir is not None:

@@ -182,7 +182,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     extra = {"chain stages": ", ".join(stage_times),
              **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items()}}
     report = write_report(run_dir, extra=extra)
-    summary = {"config": _jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "report": str(report),
+    summary = {"config": _jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
                "main": results["conditions"][results["main_condition"]],
                "calibration": {k: {"ece": v["ece"], "brier": v["brier"]}
                                for k, v in (results.get("calibration") or {}).items()}}

@@ -79,6 +79,27 @@ def baseline_thresholds(results: Mapping[str, Any]) -> str:
     return "Baseline thresholds, set on the validation rows: " + "; ".join(parts) + "."
 
 
+def paired_table(paired: Mapping[str, Mapping[str, Any]]) -> str:
+    """R2V minus each method, paired over the same episodes (``results["paired"]``).
+
+    Example:
+        >>> d = {"sr_diff": 1.3, "sr_diff_ci": [0.0, 3.8], "llm_pct_diff": -7.2, "llm_pct_diff_ci": [-12.8, -2.1],
+        ...      "episodes": 78}
+        >>> print(paired_table({"heuristic": d}))
+        | R2V minus | SR (points) | SR 95% CI | LLM% (points) | LLM% 95% CI | episodes |
+        |---|---:|---:|---:|---:|---:|
+        | Heuristic router | +1.3 | [+0.0, +3.8] | -7.2 | [-12.8, -2.1] | 78 |
+    """
+    lines = ["| R2V minus | SR (points) | SR 95% CI | LLM% (points) | LLM% 95% CI | episodes |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m in [m for m in METHODS if m in paired] + [m for m in paired if m not in METHODS]:
+        d = paired[m]
+        lines.append(f"| {METHOD_LABELS.get(m, m)} | {d['sr_diff']:+.1f} | [{d['sr_diff_ci'][0]:+.1f}, "
+                     f"{d['sr_diff_ci'][1]:+.1f}] | {d['llm_pct_diff']:+.1f} | [{d['llm_pct_diff_ci'][0]:+.1f}, "
+                     f"{d['llm_pct_diff_ci'][1]:+.1f}] | {d['episodes']} |")
+    return "\n".join(lines)
+
+
 def per_type_table(conditions: Mapping[str, Mapping[str, Any]], methods: list[str]) -> str:
     """SR (LLM%) of every method (columns) under every condition (rows)."""
     cols = [m for m in METHODS if m in methods]
@@ -197,8 +218,11 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
                  extra: Mapping[str, Any] | None = None) -> Path:
     """Render ``<run_dir>/report.md`` (and the PNGs next to it) from the evaluation and ablation results.
 
-    ``extra`` adds a "Run" section (e.g. stage timings, manifest facts) as key: value lines."""
+    ``extra`` adds a "Run" section (e.g. stage timings, manifest facts) as key: value lines; without it, the one
+    ``r2v pipeline`` saved in ``pipeline.json`` is kept (a report re-rendered after an ablation keeps its timings)."""
     run_dir = Path(run_dir)
+    if extra is None and (run_dir / "pipeline.json").exists():
+        extra = json.loads((run_dir / "pipeline.json").read_text()).get("run")
     results = load_results(eval_dir or run_dir / "eval")
     main = results["main_condition"]
     cells = results["conditions"][main]
@@ -213,6 +237,9 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
     parts += [f"## Table 1: methods under `{main}` perturbations", "", methods_table(cells), "",
               "The oracle router is a hindsight upper bound (it knows which SLM rollouts fail), not a deployable "
               "method.", baseline_thresholds(results), ""]
+    if results.get("paired"):
+        parts += ["R2V against each method on the same episodes (paired bootstrap; a CI that excludes 0 is a "
+                  "difference at the 95% level):", "", paired_table(results["paired"]), ""]
     if len(results["conditions"]) > 1:
         seeds = results["config"].get("per_type_seeds") or results["config"]["seeds"]
         parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",

@@ -104,6 +104,29 @@ def assert_report_matches_shards(report_path, results, eval_dir):
         assert float(row["LLM%"]) == pytest.approx(100 * teacher / len(steps), abs=0.05)
         lo, hi = (float(x) for x in row["SR 95% CI"].strip("[]").split(","))
         assert lo <= float(row["SR (%)"]) <= hi
+    def outcome(label):  # episode_id -> (success, steps, teacher steps) from the step shards alone
+        run_dir = eval_dir / results["runs"][results["main_condition"]][by_label[label]]
+        out = {}
+        for s in load_rows(run_dir, "steps", columns=["episode_id", "source"]):
+            ok, n, t = out.get(s["episode_id"], (0.0, 0, 0))
+            out[s["episode_id"]] = (ok, n + 1, t + (s["source"] in ("teacher", "oracle")))
+        for e in load_rows(run_dir, "episodes", columns=["episode_id", "success"]):
+            out[e["episode_id"]] = (float(e["success"]), *out[e["episode_id"]][1:])
+        return out
+
+    paired = {r["R2V minus"]: r for r in parse_markdown_table(text, "R2V against each method")}
+    assert {by_label[m] for m in paired} == set(results["methods"]) - {"r2v"}
+    mine = outcome("R2V")
+    for label, row in paired.items():
+        other = outcome(label)
+        assert set(other) == set(mine)
+        sr = 100 * np.mean([mine[k][0] - other[k][0] for k in mine])
+        llm = 100 * (sum(v[2] for v in mine.values()) / sum(v[1] for v in mine.values())
+                     - sum(v[2] for v in other.values()) / sum(v[1] for v in other.values()))
+        assert float(row["SR (points)"]) == pytest.approx(sr, abs=0.05)
+        assert float(row["LLM% (points)"]) == pytest.approx(llm, abs=0.05)
+        lo, hi = (float(x) for x in row["LLM% 95% CI"].strip("[]").split(","))
+        assert lo <= float(row["LLM% (points)"]) <= hi
     cal = {r["router"]: r for r in parse_markdown_table(text, "## Router calibration")}
     for name, c in results["calibration"].items():
         assert float(cal[name]["ECE"]) == pytest.approx(c["ece"], abs=5e-5)

@@ -97,3 +97,7 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     saved = json.load(open(run_dir / "pipeline.json"))
     assert saved["main"] == results["conditions"]["composite"] and saved["timings_s"]["total"] > 0
     assert_report_matches_shards(report, results, run_dir / "eval")
+    from r2v_train.report import write_report
+
+    write_report(run_dir)  # re-rendered later (r2v report, an ablation): the run's timings stay
+    assert report.read_text() == text

@@ -63,6 +63,23 @@ def test_every_method_and_condition_is_run_and_matches_its_shards(evaluated):
     main = results["conditions"]["composite"]
     assert main["slm"]["llm_pct"] == 0 and main["llm"]["llm_pct"] == 100
     assert main["slm"]["sr"] < main["llm"]["sr"] == 100
+    paired = results["paired"]  # R2V minus each method on the same episodes
+    assert set(paired) == set(main) - {"r2v"}
+    for m, d in paired.items():
+        assert d["episodes"] == 12 and d["sr_diff_ci"][0] <= d["sr_diff"] <= d["sr_diff_ci"][1]
+        assert d["sr_diff"] == pytest.approx(main["r2v"]["sr"] - main[m]["sr"])
+        assert d["llm_pct_diff"] == pytest.approx(main["r2v"]["llm_pct"] - main[m]["llm_pct"])
+    assert paired["slm"]["llm_pct_diff_ci"][0] > 0 > paired["llm"]["llm_pct_diff_ci"][1]
+
+
+def test_paired_bootstrap_needs_the_same_episodes():
+    from r2v_train.evaluate import paired_bootstrap
+
+    a = {"e1": (1.0, 3, 1), "e2": (0.0, 5, 0)}
+    same = paired_bootstrap(a, a, n_boot=100)
+    assert same["sr_diff"] == same["llm_pct_diff"] == 0 and same["llm_pct_diff_ci"] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="same episodes"):
+        paired_bootstrap(a, {"e1": (1.0, 3, 1)})
 
 
 def test_oracle_escalates_exactly_the_failed_slm_rollouts(evaluated):
