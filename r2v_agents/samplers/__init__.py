@@ -8,6 +8,7 @@ candidate at its first newline or EOS and return :class:`~r2v_agents.policy.Cand
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +20,17 @@ class Sampler(Protocol):
     def sample(self, prompts: Sequence[str], k: int) -> list[list[Candidate]]:
         """``k`` candidates for each prompt (prompts come from :func:`r2v_agents.prompts.build_prompt`)."""
         ...
+
+
+def stream_seed(seed: int | None, key: int | None, prompt: str) -> int:
+    """The seed of one prompt's sampling stream: a function of the sampler's seed, the decision key and the
+    prompt text only, so a prompt's candidates do not depend on the batch around it.
+
+    Example:
+        >>> stream_seed(1, 5, "Goal: x") == stream_seed(1, 5, "Goal: x") != stream_seed(1, 6, "Goal: x")
+        True
+    """
+    return (seed or 0) * 2**32 + zlib.crc32(prompt.encode(), zlib.crc32(str(0 if key is None else key).encode()))
 
 
 class ChunkedSampler:
@@ -47,4 +59,4 @@ class ChunkedSampler:
         raise NotImplementedError
 
 
-__all__ = ["ChunkedSampler", "Sampler"]
+__all__ = ["ChunkedSampler", "Sampler", "stream_seed"]

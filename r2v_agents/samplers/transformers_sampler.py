@@ -17,12 +17,11 @@ Example:
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
-from r2v_agents.samplers import ChunkedSampler
+from r2v_agents.samplers import ChunkedSampler, stream_seed
 
 
 class TransformersSampler(ChunkedSampler):
@@ -75,8 +74,8 @@ class TransformersSampler(ChunkedSampler):
         if self.seed is not None or keys is not None:  # one stream per prompt: batch make-up cannot change it
             streams = []
             for i, prompt in enumerate(prompts):
-                key = zlib.crc32(prompt.encode(), zlib.crc32(str(0 if keys is None else keys[i]).encode()))
-                streams.append(torch.Generator(device=device).manual_seed((self.seed or 0) * 2**32 + key))
+                seed = stream_seed(self.seed, None if keys is None else keys[i], prompt)
+                streams.append(torch.Generator(device=device).manual_seed(seed))
         new, logits = self._decode(ids, mask, k, streams)
         logp = torch.log_softmax(logits.float(), dim=-1).cpu()
         new = new.cpu()

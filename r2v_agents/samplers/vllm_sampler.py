@@ -19,6 +19,7 @@ from typing import Any
 
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
+from r2v_agents.samplers import stream_seed
 
 
 def _topk_entropy(logprobs: Sequence[float]) -> float:
@@ -28,23 +29,37 @@ def _topk_entropy(logprobs: Sequence[float]) -> float:
 
 
 class VLLMSampler:
-    """``vllm.LLM`` + ``SamplingParams(n=K, logprobs=...)``, stopping at the first newline."""
+    """``vllm.LLM`` + ``SamplingParams(n=K, logprobs=...)``, stopping at the first newline.
+
+    Each prompt is its own request with its own ``SamplingParams.seed`` (:func:`~r2v_agents.samplers.stream_seed`
+    of the sampler's seed, the decision key and the prompt): like the transformers sampler, a prompt's candidates do
+    not depend on the batch it came in, and an evaluation can memoise them
+    (:class:`~r2v_agents.samplers.memo.MemoSampler`). ``llm`` (an engine with vLLM's ``generate``) and
+    ``params_cls`` replace ``vllm.LLM(model)`` and ``vllm.SamplingParams``."""
+
+    accepts_keys = True
 
     def __init__(self, model: str, *, max_new_tokens: int = 16, temperature: float = 1.0, top_p: float = 1.0,
-                 logprobs: int = 20, seed: int = 0, **llm_kwargs: Any):
-        try:
-            from vllm import LLM
-        except ImportError as e:
-            from r2v_envs.errors import BackendUnavailableError
-            raise BackendUnavailableError("vllm", "pip install 'r2v[vllm]' on a machine with a GPU") from e
+                 logprobs: int = 20, seed: int = 0, llm: Any = None, params_cls: Any = None, **llm_kwargs: Any):
+        if llm is None or params_cls is None:
+            try:
+                from vllm import LLM, SamplingParams
+            except ImportError as e:
+                from r2v_envs.errors import BackendUnavailableError
+                raise BackendUnavailableError("vllm", "pip install 'r2v[vllm]' on a machine with a GPU") from e
+            llm = LLM(model=model, seed=seed, **llm_kwargs) if llm is None else llm
+            params_cls = SamplingParams if params_cls is None else params_cls
         self.max_new_tokens, self.temperature, self.top_p, self.logprobs = max_new_tokens, temperature, top_p, logprobs
-        self.llm = LLM(model=model, seed=seed, **llm_kwargs)
+        self.seed, self.llm, self.params_cls = seed, llm, params_cls
 
-    def sample(self, prompts: Sequence[str], k: int = 5) -> list[list[Candidate]]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(n=k, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens,
-                                logprobs=self.logprobs, stop=["\n"], include_stop_str_in_output=False)
+    def sample(self, prompts: Sequence[str], k: int = 5, keys: Sequence[int] | None = None
+               ) -> list[list[Candidate]]:
+        if keys is not None and len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        params = [self.params_cls(n=k, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens,
+                                  logprobs=self.logprobs, stop=["\n"], include_stop_str_in_output=False,
+                                  seed=stream_seed(self.seed, None if keys is None else keys[i], p) % 2**63)
+                  for i, p in enumerate(prompts)]
         result = []
         for request in self.llm.generate(list(prompts), params, use_tqdm=False):
             cands = []
