@@ -184,6 +184,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     report = write_report(run_dir, extra=extra)
     summary = {"config": _jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
                "main": results["conditions"][results["main_condition"]],
+               "paired": results.get("paired") or {},
                "calibration": {k: {"ece": v["ece"], "brier": v["brier"]}
                                for k, v in (results.get("calibration") or {}).items()}}
     write_json_atomic(run_dir / "pipeline.json", summary)
@@ -198,9 +199,15 @@ def _jsonable(x: Any) -> Any:
 
 def summary_text(summary: Mapping[str, Any]) -> str:
     """The closing summary printed by ``r2v pipeline``."""
-    from r2v_train.evaluate import methods_table
+    from r2v_train.evaluate import METHOD_LABELS, methods_table
 
     lines = ["", methods_table(summary["main"]), ""]
+    for m in ("heuristic", "entropy"):
+        d = (summary.get("paired") or {}).get(m)
+        if d:
+            lines.append(f"R2V minus {METHOD_LABELS[m].lower()} (paired): SR {d['sr_diff']:+.1f} "
+                         f"[{d['sr_diff_ci'][0]:+.1f}, {d['sr_diff_ci'][1]:+.1f}], LLM% {d['llm_pct_diff']:+.1f} "
+                         f"[{d['llm_pct_diff_ci'][0]:+.1f}, {d['llm_pct_diff_ci'][1]:+.1f}] points")
     for name, c in summary["calibration"].items():
         lines.append(f"router {name}: validation ECE {c['ece']:.4f}, Brier {c['brier']:.4f}")
     lines.append(f"total {summary['timings_s']['total']:.0f} s; report: {summary['report']}")

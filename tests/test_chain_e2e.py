@@ -96,6 +96,11 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
         assert heading in text
     saved = json.load(open(run_dir / "pipeline.json"))
     assert saved["main"] == results["conditions"]["composite"] and saved["timings_s"]["total"] > 0
+    from r2v_train.pipeline import summary_text
+
+    closing = summary_text(summary)  # what `r2v pipeline` prints at the end
+    d = results["paired"]["heuristic"]
+    assert "| R2V |" in closing and f"LLM% {d['llm_pct_diff']:+.1f}" in closing and "total " in closing
     assert_report_matches_shards(report, results, run_dir / "eval")
     from r2v_train.report import write_report
 
