@@ -150,12 +150,20 @@ def bootstrap_episodes(success: np.ndarray, steps: np.ndarray, teacher_steps: np
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))
     sr_b = success[idx].mean(axis=1) * 100
-    with np.errstate(invalid="ignore", divide="ignore"):
-        llm_b = np.nan_to_num(teacher[idx].sum(axis=1) / steps[idx].sum(axis=1)) * 100
+    llm_b = _llm_pct(teacher[idx], steps[idx])
     llm = 100 * teacher.sum() / steps.sum() if steps.sum() else 0.0
-    ci = lambda b: [float(np.percentile(b, 2.5)), float(np.percentile(b, 97.5))]  # noqa: E731
     return {"episodes": n, "steps": int(steps.sum()), "teacher_steps": int(teacher.sum()),
-            "sr": float(success.mean() * 100), "sr_ci": ci(sr_b), "llm_pct": float(llm), "llm_pct_ci": ci(llm_b)}
+            "sr": float(success.mean() * 100), "sr_ci": _ci95(sr_b), "llm_pct": float(llm), "llm_pct_ci": _ci95(llm_b)}
+
+
+def _llm_pct(teacher: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """LLM% of each row of resampled episodes: teacher steps / steps over the last axis (0 for no steps)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.nan_to_num(teacher.sum(axis=-1) / steps.sum(axis=-1)) * 100
+
+
+def _ci95(values: np.ndarray) -> list[float]:
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
 
 
 def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -188,17 +196,11 @@ def paired_bootstrap(a: Mapping[str, tuple[float, int, int]], b: Mapping[str, tu
     keys = sorted(a)
     x, y = (np.array([m[k] for k in keys], dtype=np.float64) for m in (a, b))
     idx = np.random.default_rng(seed).integers(0, len(keys), size=(n_boot, len(keys)))
-
-    def llm(m: np.ndarray, i: Any) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.nan_to_num(m[i, 2].sum(axis=-1) / m[i, 1].sum(axis=-1)) * 100
-
     sr_b = (x[idx, 0] - y[idx, 0]).mean(axis=1) * 100
-    llm_b = llm(x, idx) - llm(y, idx)
-    ci = lambda v: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]  # noqa: E731
-    everything = np.arange(len(keys))
-    return {"episodes": len(keys), "sr_diff": float((x[:, 0] - y[:, 0]).mean() * 100), "sr_diff_ci": ci(sr_b),
-            "llm_pct_diff": float(llm(x, everything) - llm(y, everything)), "llm_pct_diff_ci": ci(llm_b)}
+    llm_b = _llm_pct(x[idx, 2], x[idx, 1]) - _llm_pct(y[idx, 2], y[idx, 1])
+    return {"episodes": len(keys), "sr_diff": float((x[:, 0] - y[:, 0]).mean() * 100), "sr_diff_ci": _ci95(sr_b),
+            "llm_pct_diff": float(_llm_pct(x[:, 2], x[:, 1]) - _llm_pct(y[:, 2], y[:, 1])),
+            "llm_pct_diff_ci": _ci95(llm_b)}
 
 
 def episode_outcomes(run_dir: str | os.PathLike) -> dict[str, tuple[float, int, int]]:

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -111,15 +112,13 @@ def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
     decisions they have in common instead of sampling them again (the draws are a function of the decision)."""
     from r2v_train.collect import make_sampler, slm_policy
 
-    shared: list[Any] = []
+    @functools.cache
+    def sampler() -> Any:
+        from r2v_agents.samplers.memo import MemoSampler
 
-    def make() -> Any:
-        if not shared:
-            from r2v_agents.samplers.memo import MemoSampler
+        return MemoSampler(make_sampler(model_dir, cfg))
 
-            shared.append(MemoSampler(make_sampler(model_dir, cfg)))
-        return slm_policy(model_dir, cfg, env_id, sampler=shared[0])
-    return make
+    return lambda: slm_policy(model_dir, cfg, env_id, sampler=sampler())
 
 
 def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):

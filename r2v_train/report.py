@@ -67,15 +67,15 @@ def baseline_thresholds(results: Mapping[str, Any]) -> str:
         parts.append(f"entropy router {cal['entropy']['threshold']:.3f} ({how})")
     if "heuristic" in cal:
         h, r = cal["heuristic"], cal.get("r2v")
+        head = f"heuristic router {h['threshold']:.3f}"
         if cfg.get("heuristic_threshold") is not None:
-            how = "fixed in the config"
+            parts.append(f"{head} (fixed in the config)")
         elif cfg.get("heuristic_fit", "youden") == "match_r2v" and r is not None and "failure_recall" in h:
-            how = (f"the cheapest one escalating at least R2V's share of the failure rows "
-                   f"({100 * h['failure_recall']:.1f}% vs {100 * r['failure_recall']:.1f}%: comparable reliability)")
+            parts.append(f"{head}, the cheapest one escalating at least R2V's share of the failure rows "
+                         f"({100 * h['failure_recall']:.1f}% vs {100 * r['failure_recall']:.1f}%: comparable "
+                         "reliability)")
         else:
-            how = "Youden's J"
-        parts.append(f"heuristic router {h['threshold']:.3f}, {how}" if "cheapest" in how
-                     else f"heuristic router {h['threshold']:.3f} ({how})")
+            parts.append(f"{head} (Youden's J)")
     return "Baseline thresholds, set on the validation rows: " + "; ".join(parts) + "."
 
 

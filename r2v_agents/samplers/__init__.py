@@ -33,6 +33,12 @@ def stream_seed(seed: int | None, key: int | None, prompt: str) -> int:
     return (seed or 0) * 2**32 + zlib.crc32(prompt.encode(), zlib.crc32(str(0 if key is None else key).encode()))
 
 
+def check_keys(prompts: Sequence[str], keys: Sequence[int] | None) -> None:
+    """Raise ValueError unless ``keys`` is None or names one decision per prompt."""
+    if keys is not None and len(keys) != len(prompts):
+        raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+
+
 class ChunkedSampler:
     """Base of samplers that work on at most ``batch_size`` prompts at a time: :meth:`sample` splits the prompts
     and subclasses implement ``_sample_chunk(prompts, k, keys)``.
@@ -47,8 +53,7 @@ class ChunkedSampler:
 
     def sample(self, prompts: Sequence[str], k: int = 5, keys: Sequence[int] | None = None
                ) -> list[list[Candidate]]:
-        if keys is not None and len(keys) != len(prompts):
-            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        check_keys(prompts, keys)
         out: list[list[Candidate]] = []
         for i in range(0, len(prompts), self.batch_size):
             chunk_keys = None if keys is None else list(keys[i:i + self.batch_size])
@@ -59,4 +64,4 @@ class ChunkedSampler:
         raise NotImplementedError
 
 
-__all__ = ["ChunkedSampler", "Sampler", "stream_seed"]
+__all__ = ["ChunkedSampler", "Sampler", "check_keys", "stream_seed"]

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from r2v_agents.policy import Candidate
+from r2v_agents.samplers import check_keys
 
 
 class MemoSampler:
@@ -51,8 +52,7 @@ class MemoSampler:
                ) -> list[list[Candidate]]:
         if keys is None or not self.accepts_keys:
             return self.sampler.sample(prompts, k) if keys is None else self.sampler.sample(prompts, k, keys=keys)
-        if len(keys) != len(prompts):
-            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        check_keys(prompts, keys)
         ids = [(int(key), p, int(k)) for key, p in zip(keys, prompts)]
         todo = list(dict.fromkeys(i for i in ids if i not in self._memo))  # unique misses, in order
         if todo:

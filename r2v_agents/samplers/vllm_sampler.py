@@ -19,7 +19,7 @@ from typing import Any
 
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
-from r2v_agents.samplers import stream_seed
+from r2v_agents.samplers import check_keys, stream_seed
 
 
 def _topk_entropy(logprobs: Sequence[float]) -> float:
@@ -54,8 +54,7 @@ class VLLMSampler:
 
     def sample(self, prompts: Sequence[str], k: int = 5, keys: Sequence[int] | None = None
                ) -> list[list[Candidate]]:
-        if keys is not None and len(keys) != len(prompts):
-            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        check_keys(prompts, keys)
         params = [self.params_cls(n=k, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens,
                                   logprobs=self.logprobs, stop=["\n"], include_stop_str_in_output=False,
                                   seed=stream_seed(self.seed, None if keys is None else keys[i], p) % 2**63)
