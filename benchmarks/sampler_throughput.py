@@ -48,7 +48,7 @@ def collect_prompts(n: int) -> list[str]:
     """SLM prompts from oracle-played episodes of the small suite's train games (composite perturbations)."""
     prompts: list[str] = []
     env = gym.make("R2V/TextWorld-v0", seed=7, split="train", suite="small", perturbations="composite")
-    ids = env.unwrapped.split_task_ids()
+    ids = env.unwrapped.task_ids()
     try:
         for task in ids:
             obs, info = env.reset(options={"task_id": task})

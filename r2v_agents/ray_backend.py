@@ -9,7 +9,7 @@ with ``options={"task_id", "episode_index": 0}``, whatever actor runs it).
 Two modes, as in the local backend:
 
 * ``policy_in_workers=False`` (an SLM batching over all envs): the policy stays in the driver and steps every
-  env actor in lock step (:func:`r2v_agents.runner._drive` with :class:`RayHost`s). For inference on GPU
+  env actor in lock step (:func:`r2v_agents.episodes.drive` with :class:`RayHost`s). For inference on GPU
   nodes wrap the policy in :class:`RayPolicy` (a vLLM engine per GPU actor) or give the SLM an
   :class:`~r2v_agents.samplers.openai_sampler.OpenAISampler` pointed at a ``vllm serve`` endpoint.
 * ``policy_in_workers=True`` (cheap/API policies): each actor gets a copy of the policy (``ray.put`` once)
@@ -37,13 +37,12 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from r2v_agents.policy import BatchPolicy, Decision
-from r2v_agents.workers import EnvSlots, HostLost, LocalHost
-
-if TYPE_CHECKING:
-    from r2v_agents.runner import RunConfig
+from r2v_agents.episodes import Episode, HostLost, LocalHost, RunConfig, RunContext, drive
+from r2v_agents.policy import BatchPolicy, Decision, as_policy
+from r2v_agents.workers import EnvSlots, WorkerPool
+from r2v_envs.errors import BackendUnavailableError
 
 CHUNKS_IN_FLIGHT = 2
 """Chunks queued per actor in ``policy_in_workers`` mode: one running, one ready, so the actor never idles."""
@@ -53,7 +52,6 @@ def _ray():
     try:
         import ray
     except ImportError as e:
-        from r2v_envs.errors import BackendUnavailableError
         raise BackendUnavailableError("ray", "pip install 'ray[default]' (the r2v 'ray' extra)") from e
     return ray
 
@@ -98,13 +96,11 @@ class EnvActor:
     def cpu_seconds(self) -> float:
         return time.process_time()
 
-    def run_chunk(self, policy: Any, cfg: RunConfig, name: str, benchmark: str, max_steps: int | None,
+    def run_chunk(self, policy: Any, run: RunContext,
                   jobs: Sequence[tuple[int, str, int]]) -> list[tuple[int, dict[str, Any]]]:
         """Run whole episodes ``(index, task_id, z)`` with this actor's copy of the policy (batched over the
         chunk, like a local worker's slots); returns ``(index, record)`` per episode."""
         import sys
-
-        from r2v_agents.runner import _drive, _Episode, episode_key
 
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(1)
@@ -113,11 +109,9 @@ class EnvActor:
         def next_episode():
             if not todo:
                 return None
-            i, t, z = todo.popleft()
-            return _Episode(i, episode_key(t, z), t, z)
+            return Episode.start(*todo.popleft())
 
-        _drive([LocalHost(self.slots)], policy, next_episode, lambda rec, i: out.append((i, rec)), cfg, name,
-               benchmark, max_steps)
+        drive([LocalHost(self.slots)], policy, run, next_episode, lambda rec, i: out.append((i, rec)))
         return out
 
 
@@ -164,15 +158,12 @@ class _LockstepHost(RayHost):
             raise HostLost(str(e).splitlines()[0] if str(e) else "env actor died") from e
 
 
-def run_ray(policy: BatchPolicy, cfg: RunConfig, name: str, benchmark: str, max_steps: int | None,
-            todo: list[tuple[str, int]], queue: deque, next_episode: Callable[[], Any],
+def run_ray(policy: BatchPolicy, run: RunContext, todo: list[tuple[str, int]], queue: deque,
+            next_episode: Callable[[], Any],
             on_finish: Callable[[dict[str, Any], int], None]) -> tuple[tuple[float, ...], int]:
     """Run the episodes whose indices (into ``todo``) are in ``queue``; called by :func:`r2v_agents.runner.run`
     (``next_episode`` pops the queue's head). Returns (CPU seconds of each actor, actor replacements)."""
-    from r2v_agents.runner import _drive
-
-    from r2v_agents.workers import WorkerPool
-
+    cfg = run.cfg
     ensure_ray(cfg.ray_address)
     n = min(cfg.workers, -(-len(queue) // cfg.envs_per_worker))
     key = _ray().get_runtime_context().get_job_id() + WorkerPool.key(cfg)
@@ -192,11 +183,9 @@ def run_ray(policy: BatchPolicy, cfg: RunConfig, name: str, benchmark: str, max_
             restarts[0] += 1
 
         if cfg.policy_in_workers:
-            restarts[0] = _run_chunks(hosts, policy, cfg, name, benchmark, max_steps, todo, queue, on_finish,
-                                      budget)
+            restarts[0] = _run_chunks(hosts, policy, run, todo, queue, on_finish, budget)
         else:
-            _drive(hosts, policy, next_episode, on_finish, cfg, name, benchmark, max_steps, wait=_wait_ready,
-                   on_lost=on_lost)
+            drive(hosts, policy, run, next_episode, on_finish, wait=_wait_ready, on_lost=on_lost)
         cpu = tuple(h.cpu_seconds() - cpu0.get(id(h), 0.0) for h in hosts)  # a replacement counts from 0
         clean = True
     finally:
@@ -244,12 +233,12 @@ def _replace(hosts: list[RayHost], h: int, cfg: RunConfig, budget: list[int]) ->
     hosts[h] = _LockstepHost(cfg)
 
 
-def _run_chunks(hosts, policy, cfg, name, benchmark, max_steps, todo, queue, on_finish, budget) -> int:
-    ray = _ray()
+def _run_chunks(hosts, policy, run: RunContext, todo, queue, on_finish, budget) -> int:
+    ray, cfg = _ray(), run.cfg
     try:
         policy_ref = ray.put(policy)
     except Exception as e:  # noqa: BLE001 - lambdas, open clients, ...
-        raise ValueError(f"policy_in_workers needs a picklable policy; {name} is not ({e})") from e
+        raise ValueError(f"policy_in_workers needs a picklable policy; {run.policy_name} is not ({e})") from e
     inflight: dict[Any, tuple[int, list[int]]] = {}
     restarts = 0
 
@@ -257,7 +246,7 @@ def _run_chunks(hosts, policy, cfg, name, benchmark, max_steps, todo, queue, on_
         chunk = [queue.popleft() for _ in range(min(cfg.envs_per_worker, len(queue)))]
         if chunk:
             jobs = [(i, *todo[i]) for i in chunk]
-            ref = hosts[h].actor.run_chunk.remote(policy_ref, cfg, name, benchmark, max_steps, jobs)
+            ref = hosts[h].actor.run_chunk.remote(policy_ref, run, jobs)
             inflight[ref] = (h, chunk)
 
     for h in range(len(hosts)):
@@ -287,8 +276,6 @@ class PolicyActor:
     GPU) and answers ``act_batch``/``end_episodes``."""
 
     def __init__(self, factory: Callable[[], Any]):
-        from r2v_agents.policy import as_policy
-
         self.policy = as_policy(factory())
 
     def describe(self) -> tuple[str, bool]:

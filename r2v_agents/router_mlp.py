@@ -36,15 +36,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from r2v_envs.errors import FeatureSpecError
+from r2v_envs.fileio import atomic_write
 
 FORMAT = "r2v-router/1"
 
@@ -188,24 +188,6 @@ def check_feature_spec(spec: Mapping[str, Any], in_features: int | None = None,
             raise FeatureSpecError(
                 f"router features differ from the expected ones at position {at}: the router was trained on "
                 f"{names} but is given {expected}")
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
-    """Write a file through ``write(fileobj)`` into a temp file beside ``path``, then ``os.replace`` it."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_router(path: str | os.PathLike, model: RouterMLP, feature_spec: Mapping[str, Any], threshold: float,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_agents.context import Context
+from r2v_envs.fileio import atomic_write
 
 KINDS = ("steps", "router", "episodes")
 _SHARD = re.compile(r"^(steps|router|episodes)-(\d{5})\.parquet$")
@@ -59,17 +60,6 @@ def schemas() -> dict[str, Any]:
     }
 
 
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:  # no fsync: a killed process loses nothing the OS already has; the rename
-        fh.write(data)           # makes the file appear whole or not at all
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    _atomic_bytes(Path(path), json.dumps(obj, indent=1, sort_keys=True).encode())
-
-
 class ShardWriter:
     """Writes finished episodes to a run directory; see the module docstring for the crash-safety story."""
 
@@ -102,7 +92,7 @@ class ShardWriter:
 
     def add_pending(self, record: Mapping[str, Any]) -> None:
         """Journal one finished episode ({"episode": row, "steps": rows, "router": rows}) right away."""
-        _atomic_bytes(self._pending_path(record["episode"]["episode_id"]), json.dumps(record).encode())
+        atomic_write(self._pending_path(record["episode"]["episode_id"]), json.dumps(record))
 
     def write_shard(self, records: list[Mapping[str, Any]]) -> None:
         """Write one shard triple holding ``records`` (in the given order), then drop their pending files."""
@@ -115,10 +105,7 @@ class ShardWriter:
             rows = [rec["episode"] for rec in records] if kind == "episodes" else \
                 [row for rec in records for row in rec[kind]]
             table = pa.Table.from_pylist(rows, schema=sch[kind])
-            path = self.dir / f"{kind}-{i:05d}.parquet"
-            tmp = path.with_name(f".{path.name}.tmp")
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
+            atomic_write(self.dir / f"{kind}-{i:05d}.parquet", lambda fh, t=table: pq.write_table(t, fh))
         self.next_index += 1
         for rec in records:
             self.finished.add(rec["episode"]["episode_id"])

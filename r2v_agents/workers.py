@@ -13,24 +13,23 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from r2v_agents.runner import RunConfig
+from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
 
 
-def _jsonable(v: Any) -> bool:
+def _is_plain_json(v: Any) -> bool:
     if v is None or isinstance(v, (str, int, float, bool)):
         return True
     if isinstance(v, (list, tuple)):
-        return all(_jsonable(x) for x in v)
+        return all(_is_plain_json(x) for x in v)
     if isinstance(v, dict):
-        return all(isinstance(k, str) and _jsonable(x) for k, x in v.items())
+        return all(isinstance(k, str) and _is_plain_json(x) for k, x in v.items())
     return False
 
 
 def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.items() if _jsonable(v)}
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.items() if _is_plain_json(v)}
 
 
 class EnvSlots:
@@ -105,7 +104,7 @@ def load_callable(path: str) -> Any:
 def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imports: tuple[str, ...],
                  wrappers: tuple[str, ...] = ()) -> None:
     """An env worker. Messages: a list of reset/step commands (answered with results), ``"cpu"`` (answered
-    with its CPU seconds), ``("drive", policy, cfg, name, benchmark, max_steps)`` (run whole episodes with
+    with its CPU seconds), ``("drive", policy, run_context)`` (run whole episodes with
     this copy of the policy, asking the parent for episodes) and ``None`` (exit)."""
     os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
     import importlib
@@ -136,38 +135,14 @@ def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imp
         slots.close()
 
 
-def _drive_in_worker(conn, slots: EnvSlots, policy, cfg: RunConfig, name: str, benchmark: str,
-                     max_steps: int | None) -> None:
-    from r2v_agents.runner import _drive, _Episode, episode_key
-
-    def next_episode() -> _Episode | None:
+def _drive_in_worker(conn, slots: EnvSlots, policy, run: RunContext) -> None:
+    def next_episode() -> Episode | None:
         conn.send(("next",))
         job = conn.recv()
-        return None if job is None else _Episode(job[0], episode_key(job[1], job[2]), job[1], job[2])
+        return None if job is None else Episode.start(*job)
 
-    _drive([LocalHost(slots)], policy, next_episode, lambda rec, idx: conn.send(("done", idx, rec)), cfg, name,
-           benchmark, max_steps)
+    drive([LocalHost(slots)], policy, run, next_episode, lambda rec, idx: conn.send(("done", idx, rec)))
     conn.send(("end",))
-
-
-class HostLost(RuntimeError):
-    """A host's worker is gone with its episodes (raised by a host's ``recv``; the Ray backend reruns them)."""
-
-
-class LocalHost:
-    def __init__(self, slots: EnvSlots):
-        self.slots = slots
-        self.results: list[tuple] | None = None
-
-    def send(self, cmds):
-        self.results = self.slots.handle(cmds)
-
-    def recv(self):
-        out, self.results = self.results, None
-        return out
-
-    def close(self):
-        self.slots.close()
 
 
 class ProcessHost:
@@ -266,13 +241,3 @@ def worker_context(cfg: RunConfig):
         modules.insert(1, entry.split(":")[0])
     ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts
     return ctx
-
-
-def wait_ready(hosts, busy: set[int]) -> list[int]:
-    from multiprocessing.connection import wait
-
-    local = [h for h in busy if isinstance(hosts[h], LocalHost)]
-    if local:
-        return sorted(local)
-    conns = {hosts[h].conn: h for h in busy}
-    return sorted(conns[c] for c in wait(list(conns)))

@@ -38,7 +38,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.errors import InvalidActionError, UnknownChoiceError
+from r2v_envs.perturbations import CHANNELS, apply_perturbations  # noqa: F401 - CHANNELS is part of the contract
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 SPLIT_SEED = 42  # the paper's task-level split seed (Sec. 5.1, Appendix D)
@@ -47,8 +48,6 @@ INFO_KEYS: tuple[str, ...] = (
     "goal", "task_id", "admissible_actions", "expert_action", "won", "score", "step",
     "perturbation_seed", "perturbations",
 )
-# Named text channels a perturbation can target. Benchmarks label each observation with one of these.
-CHANNELS: tuple[str, ...] = ("observation", "goal", "tool_output", "terminal", "admissible_actions")
 DEFAULT = "default"  # sentinel: the benchmark's paper setting for `perturbations`
 
 MAX_TEXT_CHARS = 1_000_000
@@ -139,7 +138,7 @@ class TextEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
-        self._split_cache: list[str] | None = None
+        self._split_cache: dict[str, list[str]] = {}
         self._episode_index = -1
         self._step_count = 0
         self._task_id: str | None = None
@@ -156,12 +155,27 @@ class TextEnv(gym.Env[str, str]):
     def _step_task(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         raise NotImplementedError
 
-    def split_task_ids(self) -> list[str]:
-        """The tasks of this env's split (cached; the split is over all of the benchmark's tasks)."""
-        if self._split_cache is None:
-            ids = self._task_ids()
-            self._split_cache = sorted(ids) if self.split == "all" else split_tasks(ids)[self.split]
-        return self._split_cache
+    def task_ids(self, split: str | None = None) -> list[str]:
+        """The tasks of ``split`` (default: this env's split; ``"all"``: every task, sorted), cached.
+
+        The split is task-level over all of the benchmark's tasks (:func:`split_tasks`); a benchmark with
+        splits of its own overrides :meth:`_split_ids`.
+
+        Example:
+            >>> import gymnasium as gym, r2v_envs
+            >>> env = gym.make("R2V/Scripted-v0", seed=0)
+            >>> sorted(env.unwrapped.task_ids("all")) == sorted(env.unwrapped.task_ids("train")
+            ...     + env.unwrapped.task_ids("valid") + env.unwrapped.task_ids("test"))
+            True
+        """
+        split = check_split(self.split if split is None else split)
+        if split not in self._split_cache:
+            self._split_cache[split] = self._split_ids(split)
+        return self._split_cache[split]
+
+    def _split_ids(self, split: str) -> list[str]:
+        ids = self._task_ids()
+        return sorted(ids) if split == "all" else split_tasks(ids)[split]
 
     def _select_task(self, options: Mapping[str, Any]) -> str:
         task_id = options.get("task_id", self._fixed_task_id)
@@ -171,7 +185,7 @@ class TextEnv(gym.Env[str, str]):
             if task_id not in all_ids:
                 raise UnknownChoiceError(f"{self.benchmark} task", task_id, all_ids)
             return task_id
-        ids = self.split_task_ids()
+        ids = self.task_ids()
         if not ids:
             raise ValueError(f"the {self.split!r} split of {self.benchmark} has no tasks")
         if index is not None:
@@ -199,6 +213,8 @@ class TextEnv(gym.Env[str, str]):
     def step(self, action: str):
         if self._task_id is None:
             raise gym.error.ResetNeeded("call reset() before step()")
+        if not isinstance(action, str):  # a programming error, not agent text: bad text gets in-game feedback
+            raise InvalidActionError(f"{self.benchmark} actions are str, got {type(action).__name__}")
         self._step_count += 1
         obs, reward, terminated, info = self._step_task(action)
         self._last_obs = obs
@@ -230,8 +246,6 @@ def build_env(env_cls: Callable[..., TextEnv], *, perturbations: Any = DEFAULT, 
     ``"default"`` (the benchmark's paper setting). The wrappers record their arguments, so the whole stack
     shows in ``env.spec``.
     """
-    from r2v_envs.perturbations import apply_perturbations
-
     env = env_cls(**kwargs)
     spec = env.default_perturbations if perturbations == DEFAULT else perturbations
     return apply_perturbations(env, spec, seed=env.perturbation_seed)

@@ -52,7 +52,7 @@ def _row(setting: str, run_dir: str | os.PathLike, cfg: EvalConfig, **extra: Any
 
 
 def _write(run_dir: str | os.PathLike, name: str, rows: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
-    from r2v_agents.shards import write_json_atomic
+    from r2v_envs.fileio import write_json_atomic
 
     out = {"name": name, "rows": rows, **meta}
     path = Path(run_dir) / "ablations" / f"{name}.json"

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from r2v_envs.fileio import jsonable
 
 MODEL_DIR, CHECKPOINT_DIR, DONE_FILE = "model", "checkpoints", "bc_done.json"
 
@@ -131,7 +132,7 @@ def train_bc(model: Any, tokenizer: Any, rows: Any, cfg: BCConfig) -> str:
     if cfg.lora_r:
         trained = trained.merge_and_unload()
     save_trained(trainer, trained, tokenizer, final, info={
-        "stage": "bc", "config": _jsonable(asdict(cfg)), "train_loss": result.training_loss,
+        "stage": "bc", "config": jsonable(asdict(cfg)), "train_loss": result.training_loss,
         "global_step": result.global_step, "log_history": trainer.state.log_history})
     return final
 
@@ -160,7 +161,7 @@ def save_model_atomically(model: Any, tokenizer: Any, final: str, info: Mapping[
         model.save_pretrained(tmp, **({} if state_dict is None else {"state_dict": state_dict}))
         tokenizer.save_pretrained(tmp)
         with open(os.path.join(tmp, DONE_FILE), "w") as f:
-            json.dump(_jsonable(dict(info)), f, indent=1)
+            json.dump(jsonable(dict(info)), f, indent=1)
         if os.path.exists(final):
             shutil.rmtree(final)  # an incomplete earlier model (no done file)
         os.replace(tmp, final)
@@ -185,7 +186,3 @@ def _bf16(flag: bool | None) -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=lambda o: list(o) if isinstance(o, (tuple, set)) else str(o)))

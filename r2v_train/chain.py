@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from r2v_agents.shards import write_json_atomic
+from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
@@ -146,15 +146,11 @@ def _success(run_dir: str) -> float:
     return sum(e["success"] for e in eps) / len(eps) if eps else float("nan")
 
 
-def _jsonable(x: Any) -> Any:
-    return json.loads(json.dumps(x, default=lambda o: list(o) if isinstance(o, (tuple, set)) else str(o)))
-
-
 def stage_key(config: ChainConfig, stage: str, upstream_ids: Sequence[str]) -> str:
     """Hash of what a stage's outputs depend on: its config, the env (for env stages), upstream run ids."""
-    parts = {"stage": stage, "config": _jsonable(asdict(getattr(config, stage))), "upstream": list(upstream_ids)}
+    parts = {"stage": stage, "config": jsonable(asdict(getattr(config, stage))), "upstream": list(upstream_ids)}
     if stage in _ENV_STAGES:
-        parts["env"] = _jsonable(asdict(config.env))
+        parts["env"] = jsonable(asdict(config.env))
     if stage == "router":
         parts["config"].pop("progress", None)
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
@@ -211,10 +207,10 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
             continue
         _prepare_dir(sdir, key)
         t0 = time.perf_counter()
-        outputs = _jsonable(fns[stage](config, run_dir))
+        outputs = jsonable(fns[stage](config, run_dir))
         wall = time.perf_counter() - t0
         marker = {"stage": stage, "key": key, "run_id": uuid.uuid4().hex,
-                  "config": _jsonable(asdict(getattr(config, stage))),
+                  "config": jsonable(asdict(getattr(config, stage))),
                   "outputs": outputs, "wall_s": wall, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         write_json_atomic(os.path.join(sdir, MARKER), marker)
         ids[stage] = marker["run_id"]
@@ -281,7 +277,7 @@ def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
         with open(path) as fh:
             stages = json.load(fh).get("stages", {})
     c = config
-    manifest = {"config": _jsonable(asdict(config)), "versions": _versions(), "git_revision": _git_revision(),
+    manifest = {"config": jsonable(asdict(config)), "versions": _versions(), "git_revision": _git_revision(),
                 "seeds": {"split": 42, "teacher": c.teacher.seed, "replay": list(c.replay.seeds),
                           "bc": c.bc.seed, "preferences": c.preferences.seed, "dpo": c.dpo.seed,
                           "router_data_train": list(c.router_data.train_seeds),

@@ -5,7 +5,7 @@ stage's output is a runner directory of Parquet shards (``steps``/``episodes``/`
 :mod:`r2v_agents.shards`) and a rerun resumes: finished (task, z) episodes are skipped.
 
 * :func:`split_stage` (stage 3, run first because the others need it): the env's own task-level 70/15/15 split
-  (seed 42, :func:`r2v_envs.core.split_tasks` through ``split_task_ids``), optionally capped to the first few
+  (seed 42, :func:`r2v_envs.core.split_tasks` through ``TextEnv.task_ids``), optionally capped to the first few
   tasks of each split for small runs. Written to ``split.json``.
 * :func:`teacher_stage` (stage 1): the teacher on the train tasks, clean (no perturbations): D_exp.
 * :func:`replay_stage` (stage 2): each clean trajectory's action sequence re-executed in the env perturbed with
@@ -34,7 +34,8 @@ from typing import Any
 
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
-from r2v_agents.shards import load_rows, write_json_atomic
+from r2v_agents.shards import load_rows
+from r2v_envs.fileio import write_json_atomic
 from r2v_agents.teachers import fallback_action
 
 SPLIT_FILE = "split.json"
@@ -135,8 +136,7 @@ def split_stage(env: EnvConfig, cfg: SplitConfig, out_dir: str | os.PathLike) ->
         base = probe.unwrapped
         split = {}
         for name in SPLITS:
-            base.split, base._split_cache = name, None
-            split[name] = list(base.split_task_ids())
+            split[name] = list(base.task_ids(name))
     finally:
         probe.close()
     cap = lambda ids, n: ids[:n] if n else ids  # noqa: E731

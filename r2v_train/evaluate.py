@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from r2v_envs.fileio import jsonable
 
 METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")
 METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "Heuristic router", "r2v": "R2V",
@@ -325,10 +326,7 @@ def task_ids(cfg: EvalConfig) -> tuple[str, ...] | None:
 
     env = gym.make(cfg.env_id, seed=0, **{**cfg.env_kwargs, "perturbations": None})
     try:
-        base = env.unwrapped
-        if hasattr(base, "split"):
-            base.split = cfg.split
-        return tuple(base.split_task_ids()[: cfg.max_tasks])
+        return tuple(env.unwrapped.task_ids(cfg.split)[: cfg.max_tasks])
     finally:
         env.close()
 
@@ -336,11 +334,11 @@ def task_ids(cfg: EvalConfig) -> tuple[str, ...] | None:
 # ------------------------------------------------------------------------------------------------ main
 def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Run every method under every condition, then write ``<out_dir>/results.json`` (returned)."""
-    from r2v_agents.shards import write_json_atomic
+    from r2v_envs.fileio import write_json_atomic
 
     out = Path(out_dir)
     routers = build_routers(agents, cfg)
-    results: dict[str, Any] = {"config": _jsonable(asdict(cfg)), "methods": list(cfg.methods),
+    results: dict[str, Any] = {"config": jsonable(asdict(cfg)), "methods": list(cfg.methods),
                                "main_condition": next(iter(cfg.conditions())), "conditions": {}, "runs": {}}
     for cond, spec in cfg.conditions().items():
         cells, dirs = {}, {}
@@ -412,10 +410,6 @@ def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: 
 def load_results(out_dir: str | os.PathLike) -> dict[str, Any]:
     with open(Path(out_dir) / RESULTS_FILE) as fh:
         return json.load(fh)
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
 
 
 def methods_table(cells: Mapping[str, Mapping[str, Any]], order: Sequence[str] = METHODS,

@@ -27,7 +27,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, _has_checkpoint, _jsonable, save_trained
+from r2v_envs.fileio import jsonable
+from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, _has_checkpoint, save_trained
 
 
 @dataclass
@@ -123,7 +124,7 @@ def run_dpo(args: DPOLaunch) -> str:
                                     processing_class=tok)
     result = trainer.train(resume_from_checkpoint=True if _has_checkpoint(checkpoints) else None)
     save_trained(trainer, trainer.model, tok, final, info={
-        "stage": "dpo_consistency", "config": _jsonable(asdict(args)), "train_loss": result.training_loss,
+        "stage": "dpo_consistency", "config": jsonable(asdict(args)), "train_loss": result.training_loss,
         "global_step": result.global_step, "log_history": trainer.state.log_history})
     return final
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_train.evaluate import Agents, EvalConfig
+from r2v_envs.fileio import jsonable
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -157,7 +158,7 @@ def run_ablation(name: str, cfg: PipelineConfig, run_dir: str | os.PathLike) -> 
 
 def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, Any]:
     """Chain -> evaluation -> ablations -> report; returns the summary also written to ``pipeline.json``."""
-    from r2v_agents.shards import write_json_atomic
+    from r2v_envs.fileio import write_json_atomic
     from r2v_train.chain import run_chain
     from r2v_train.evaluate import evaluate
     from r2v_train.report import write_report
@@ -181,19 +182,13 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     extra = {"chain stages": ", ".join(stage_times),
              **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items()}}
     report = write_report(run_dir, extra=extra)
-    summary = {"config": _jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
+    summary = {"config": jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
                "main": results["conditions"][results["main_condition"]],
                "paired": results.get("paired") or {},
                "calibration": {k: {"ece": v["ece"], "brier": v["brier"]}
                                for k, v in (results.get("calibration") or {}).items()}}
     write_json_atomic(run_dir / "pipeline.json", summary)
     return summary
-
-
-def _jsonable(x: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(x, default=str))
 
 
 def summary_text(summary: Mapping[str, Any]) -> str:

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from r2v_envs.fileio import atomic_write
 
 PAIRS_FILE = "pairs.parquet"
 
@@ -162,13 +163,10 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
                          "task_id": row["task_id"], "t": row["t"], "z": row["z"],
                          "chosen_score": max(s for a, s in scored + [(row["action"], teacher_score)] if a == plus),
                          "rejected_score": min(s for a, s in scored if a == minus)})
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(pa.Table.from_pylist(rows, schema=_schema()), tmp)
-        os.replace(tmp, path)
+        chunk = pa.Table.from_pylist(rows, schema=_schema())
+        atomic_write(path, lambda fh: pq.write_table(chunk, fh))
     table = pa.concat_tables([pq.read_table(p) for p in sorted(chunks.glob("chunk-*.parquet"))])
-    tmp = out / f".{PAIRS_FILE}.tmp"
-    pq.write_table(table, tmp)
-    os.replace(tmp, out / PAIRS_FILE)
+    atomic_write(out / PAIRS_FILE, lambda fh: pq.write_table(table, fh))
     origins = table.column("origin").to_pylist()
     return {"pairs": str(out / PAIRS_FILE), "rows": table.num_rows, "contexts": int(len(order)),
             "teacher_share": origins.count("teacher") / len(origins) if origins else float("nan")}

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from r2v_envs.fileio import atomic_write
 from r2v_train.evaluate import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
 
 REPORT_FILE = "report.md"
@@ -196,10 +197,10 @@ def plot_reliability(name: str, cal: Mapping[str, Any], path: str | os.PathLike)
 def _save(fig: Any, path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -275,11 +276,8 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
             parts += [f"![reliability {name}](reliability-{name}.png)", ""]
     for name, abl in load_ablations(run_dir).items():
         parts += [f"## Ablation: {ABLATION_TITLES[name]}", "", ablation_table(abl["rows"]), ""]
-    from r2v_agents.router_mlp import atomic_write
-
     path = run_dir / REPORT_FILE
-    text = "\n".join(parts).encode()
-    atomic_write(path, lambda f: f.write(text))
+    atomic_write(path, "\n".join(parts))
     return path
 
 

@@ -82,7 +82,7 @@ def rollout(args: RolloutArgs) -> list[dict]:
     from r2v_agents.shards import load_rows
 
     probe = gym.make(args.env_id, split=args.split, **args.env_kwargs)
-    task_ids = probe.unwrapped.split_task_ids()
+    task_ids = probe.unwrapped.task_ids()
     probe.close()
     task_ids = tuple(task_ids[: args.tasks] if args.tasks else task_ids)
     records = []

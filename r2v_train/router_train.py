@@ -283,7 +283,8 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     """
     import torch
 
-    from r2v_agents.router_mlp import FastDropout, RouterMLP, atomic_write, load_router, save_router
+    from r2v_agents.router_mlp import FastDropout, RouterMLP, load_router, save_router
+    from r2v_envs.fileio import atomic_write
     from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
 
     cfg = cfg or RouterTrainConfig()

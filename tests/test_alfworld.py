@@ -67,7 +67,7 @@ def test_build_game_covers_every_family_and_is_deterministic(index):
 
 def test_expert_wins_every_game_of_the_test_split(cache):
     env = make(cache, split="test")
-    ids = env.unwrapped.split_task_ids()
+    ids = env.unwrapped.task_ids()
     assert len(ids) == round(0.15 * generate.DEFAULT_N_GAMES)
     env.unwrapped.prepare()  # generated here (two worker processes), each verified by the expert once
     for i, task_id in enumerate(ids):
@@ -82,7 +82,7 @@ def test_expert_wins_every_game_of_the_test_split(cache):
 
 def test_pick_two_family_is_won_too(cache):
     env = make(cache, split="all")
-    task_id = next(t for t in env.unwrapped.split_task_ids() if t.endswith("pick_two_obj_and_place"))
+    task_id = next(t for t in env.unwrapped.task_ids() if t.endswith("pick_two_obj_and_place"))
     info, reward, actions, observations = play_expert(env, {"task_id": task_id})
     assert info["won"] and reward == 1.0
     assert sum(a.startswith("move ") for a in actions) >= 2
@@ -128,6 +128,6 @@ def test_official_data_layout_and_seen_unseen_splits(cache, tmp_path, monkeypatc
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "alfworld"))
     official = gym.make("R2V/ALFWorld-v0", seed=SEED, split="test", perturbations=None)
     assert official.unwrapped.source == "alfworld"
-    assert [t.split("/")[0] for t in official.unwrapped.split_task_ids()] == ["valid_unseen"]
+    assert [t.split("/")[0] for t in official.unwrapped.task_ids()] == ["valid_unseen"]
     info, reward, _, _ = play_expert(official, {})
     assert info["won"] and reward == 1.0

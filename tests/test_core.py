@@ -39,12 +39,12 @@ def test_seed_fixes_first_task_and_reset_seed_resamples():
     assert first[0] == first[1]
     env = gym.make("R2V/Scripted-v0", seed=SEED)
     drawn = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
-    assert len(drawn) > 3 and drawn <= set(env.unwrapped.split_task_ids())
+    assert len(drawn) > 3 and drawn <= set(env.unwrapped.task_ids())
 
 
 def test_task_selection_and_errors():
     env = gym.make("R2V/Scripted-v0", seed=SEED, split="test")
-    ids = env.unwrapped.split_task_ids()
+    ids = env.unwrapped.task_ids()
     assert env.reset(options={"task_index": 1})[1]["task_id"] == ids[1]
     assert env.reset(options={"task_id": "scripted-5"})[1]["task_id"] == "scripted-5"
     with pytest.raises(UnknownChoiceError, match="did you mean"):

@@ -128,7 +128,7 @@ def test_expert_wins_default_test_split():
 
     env = gym.make("R2V/TextWorld-v0", seed=SEED, split="test", perturbations="composite",
                    max_episode_steps=100)
-    task_ids = env.unwrapped.split_task_ids()
+    task_ids = env.unwrapped.task_ids()
     pregenerate("default", workers=2, task_ids=task_ids, progress=False)
     wins = [expert_episode(env, t)[1]["won"] for t in task_ids]
     assert len(task_ids) >= 38

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.core import SPLITS, TextEnv, split_tasks
-from r2v_envs.errors import BackendUnavailableError, InvalidActionError, UnknownChoiceError
+from r2v_envs.core import SPLITS, TextEnv
+from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 from r2v_envs.alfworld import generate
 
 SOURCES = ("auto", "offline", "alfworld")
@@ -116,20 +116,17 @@ class ALFWorldEnv(TextEnv):
             return list(self._official)
         return [t for t in generate.task_ids(self.n_games) if t.split("-", 1)[1] in self.families]
 
-    def split_task_ids(self) -> list[str]:
-        if self.source == "alfworld" and self.splits == "official" and self.split != "all":
-            if self._split_cache is None:
-                folder = OFFICIAL_SPLITS[self.split] + "/"
-                self._split_cache = sorted(t for t in self._task_ids() if t.startswith(folder))
-            return self._split_cache
-        return super().split_task_ids()
+    def _split_ids(self, split: str) -> list[str]:
+        if self.source == "alfworld" and self.splits == "official" and split != "all":
+            folder = OFFICIAL_SPLITS[split] + "/"
+            return sorted(t for t in self._task_ids() if t.startswith(folder))
+        return super()._split_ids(split)
 
     def prepare(self, split: str | None = None, workers: int = 2) -> list[Path]:
         """Generate (in parallel worker processes, once) the offline games of ``split`` (default: this env's)."""
         if self.source != "offline":
             return [self._gamefile(t) for t in self._task_ids()]
-        split = split or self.split
-        ids = sorted(self._task_ids()) if split == "all" else split_tasks(self._task_ids())[split]
+        ids = self.task_ids(split)
         return list(generate.ensure_games(ids, self.suite_seed, self.cache_dir, workers=workers).values())
 
     def _gamefile(self, task_id: str) -> Path:
@@ -160,8 +157,6 @@ class ALFWorldEnv(TextEnv):
         return obs, self._info(state, goal=goal)
 
     def _step_task(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are str, got {type(action).__name__}")
         if self._won:
             return "The task is already done.", 0.0, True, self._info(None)
         # The engine matches commands exactly; normalise case and spacing as ALFWorld agents do.

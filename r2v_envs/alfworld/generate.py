@@ -38,6 +38,7 @@ from typing import Any
 
 from r2v_envs.core import cache_dir
 from r2v_envs.errors import BackendUnavailableError, GameGenerationError
+from r2v_envs.fileio import atomic_write
 
 GENERATOR_VERSION = "v1"
 # alfworld's task types (alfworld.agents.environment.alfred_tw_env.TASK_TYPES), in its order.
@@ -290,10 +291,7 @@ def write_game(spec: GameSpec, root: Path) -> Path:
     folder = root / spec.task_id
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in (("traj_data.json", spec.traj_data), ("game.tw-pddl", spec.game)):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, folder / name)
+        atomic_write(folder / name, json.dumps(data))
     return folder / "game.tw-pddl"
 
 

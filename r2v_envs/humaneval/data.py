@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError
+from r2v_envs.fileio import atomic_write
 
 OVERRIDE_VAR = "HUMANEVAL_OVERRIDE_PATH"
 CACHE_VAR = "R2V_CACHE"
@@ -110,17 +110,8 @@ def compute_expected(problem: dict[str, Any]) -> dict[str, Any]:
 def _write_task_file(path: str, problem: dict[str, Any]) -> str:
     record = {k: problem[k] for k in JUDGE_FIELDS}
     record["expected"] = compute_expected(problem)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".pkl")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the sandboxed judge runs as another uid and must read it
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # 0644 whatever the umask: the sandboxed judge runs as another uid and must read it
+    atomic_write(path, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL), mode=0o644)
     return path
 
 

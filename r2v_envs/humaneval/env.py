@@ -37,7 +37,6 @@ import os
 from typing import Any
 
 from r2v_envs.core import TextEnv
-from r2v_envs.errors import InvalidActionError
 from r2v_envs.humaneval.actions import ACTION_TEMPLATES, SYNTAX_HELP, assemble_solution, parse_action
 from r2v_envs.humaneval.data import ensure_task_files, load_problems
 from r2v_envs.sandbox import Sandbox, available_isolations
@@ -90,8 +89,6 @@ class HumanEvalEnv(TextEnv):
         return obs, self._info(goal=prompt, channel="observation")
 
     def _step_task(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are str, got {type(action).__name__}")
         if self._done:
             return "The episode is over: reset to start a new task.", 0.0, True, self._info()
         act = parse_action(action)

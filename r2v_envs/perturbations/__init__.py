@@ -5,7 +5,7 @@ draws from ``(z, episode_index, step)`` only, records each change in ``info["per
 arguments in ``env.spec``.
 """
 
-from r2v_envs.perturbations.base import TextPerturbation
+from r2v_envs.perturbations.base import CHANNELS, TextPerturbation
 from r2v_envs.perturbations.composite import (
     COMPOSITE,
     WRAPPERS,
@@ -18,6 +18,6 @@ from r2v_envs.perturbations.injection import InjectPrompt
 from r2v_envs.perturbations.partial import DropObservationLines
 
 __all__ = [
-    "COMPOSITE", "WRAPPERS", "AddDistractors", "DropObservationLines", "FlakyToolOutput", "InjectPrompt",
+    "CHANNELS", "COMPOSITE", "WRAPPERS", "AddDistractors", "DropObservationLines", "FlakyToolOutput", "InjectPrompt",
     "TextPerturbation", "apply_perturbations", "parse_perturbations",
 ]

@@ -16,8 +16,11 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from r2v_envs.core import CHANNELS
 from r2v_envs.errors import PerturbationConfigError, UnknownChoiceError
+
+# Named text channels a perturbation can target. Benchmarks label each observation with one of these (the env
+# contract in r2v_envs.core re-exports it).
+CHANNELS: tuple[str, ...] = ("observation", "goal", "tool_output", "terminal", "admissible_actions")
 
 
 def check_prob(name: str, value: float) -> float:

@@ -8,7 +8,7 @@ Example:
     >>> import gymnasium as gym, r2v_envs
     >>> env = gym.make("R2V/TextWorld-v0", seed=7, suite="small", split="test", perturbations=None)
     >>> obs, info = env.reset()
-    >>> info["task_id"] in env.unwrapped.split_task_ids(), info["expert_action"] is not None
+    >>> info["task_id"] in env.unwrapped.task_ids(), info["expert_action"] is not None
     (True, True)
     >>> obs, reward, terminated, truncated, info = env.step("xyzzy")
     >>> obs.strip()
