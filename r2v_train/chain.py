@@ -26,8 +26,8 @@ from its partial outputs (runner shards, Trainer checkpoints, preference chunks,
 key is unchanged; with a new key its directory is cleared first. Every file is written to a temporary name and
 renamed into place.
 
-Command line: ``python -m r2v_train.chain --run-dir runs/r2v [--preset tiny] [--only bc dpo]
-[--config.bc.max-steps 50]``.
+Command line (``r2v_train.cli``): ``r2v train --run-dir runs/r2v [--preset tiny] [--only bc dpo]
+[--config.bc.max-steps 50]``; presets live in :mod:`r2v_train.configs`.
 
 Example:
     >>> [s for s in STAGES]
@@ -178,7 +178,7 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
         raise UnknownChoiceError("stage", unknown[0], STAGES)
     run_dir = os.fspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    _set_threads(config.threads)
+    set_threads(config.threads)
     manifest = _manifest(config, run_dir)
     fns = _stage_fns()
     ids: dict[str, str] = {}
@@ -238,7 +238,7 @@ def _prepare_dir(sdir: str, key: str) -> None:
     write_json_atomic(started, {"key": key})
 
 
-def _set_threads(n: int) -> None:
+def set_threads(n: int) -> None:
     if "torch" in sys.modules or n:
         import torch
 
@@ -286,61 +286,3 @@ def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
                 "stages": stages, "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json_atomic(path, manifest)
     return manifest
-
-
-@dataclass
-class ChainArgs:
-    """Run the R2V training chain (Algorithm 1) over one run directory; finished stages are skipped."""
-
-    run_dir: str
-    """the run directory (created; a rerun resumes)"""
-    preset: str = "default"
-    """starting config: default (paper settings) | tiny (CPU smoke run on the small TextWorld suite)"""
-    config: ChainConfig = field(default_factory=ChainConfig)
-    """overrides of the preset (e.g. --config.bc.max-steps 50)"""
-    env_kwargs: str = ""
-    """JSON object replacing config.env.env_kwargs (e.g. '{"suite": "default"}'; '{}' for none)"""
-    only: tuple[str, ...] = ()
-    """run only these stages (upstream stages must be complete)"""
-    force: tuple[str, ...] = ()
-    """rerun these stages (and the ones after them) even when complete"""
-
-
-def preset(name: str) -> ChainConfig:
-    if name == "tiny":
-        from r2v_train.configs.tiny import tiny_config
-
-        return tiny_config()
-    if name == "default":
-        return ChainConfig()
-    from r2v_envs.errors import UnknownChoiceError
-
-    raise UnknownChoiceError("chain preset", name, ["default", "tiny"])
-
-
-def main(argv: Sequence[str] | None = None, stages: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Command line of the chain; a stage module's ``main`` passes ``stages`` to run only its own stages."""
-    import tyro
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    pre = "default"
-    for i, a in enumerate(argv):  # the preset picks the defaults that the other flags then override
-        if a == "--preset" and i + 1 < len(argv):
-            pre = argv[i + 1]
-        elif a.startswith("--preset="):
-            pre = a.split("=", 1)[1]
-    args = tyro.cli(ChainArgs, args=argv, default=ChainArgs(run_dir="", preset=pre, config=preset(pre)))
-    if not args.run_dir:
-        raise SystemExit("--run-dir is required")
-    if args.env_kwargs:
-        args.config.env.env_kwargs = json.loads(args.env_kwargs)
-    only = tuple(args.only) or (tuple(stages) if stages else None)
-    results = run_chain(args.config, args.run_dir, only=only, force=args.force,
-                        stop_at_missing=not args.only and bool(stages))
-    for stage, r in results.items():
-        print(f"{stage:12s} {'skipped' if r['skipped'] else 'ran':8s} {r['wall_s']:8.1f}s  {r['dir']}")
-    return results
-
-
-if __name__ == "__main__":
-    main()

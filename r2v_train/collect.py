@@ -297,15 +297,3 @@ def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, spl
                        max_steps=cfg.max_steps or env.max_steps, workers=env.workers, progress=False)
         out[part] = asdict(run(policy, rc, policy_name="slm"))
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Command line of stages 3, 1, 2 and 7 over a run directory (the chain's flags; upstream stages must be complete):
-    ``python -m r2v_train.collect --run-dir DIR [--preset tiny] [--only STAGE] [--config.* ...]``."""
-    from r2v_train.chain import main as chain_main
-
-    return chain_main(argv, stages=("split", "teacher", "replay", "router_data"))
-
-
-if __name__ == "__main__":
-    main()

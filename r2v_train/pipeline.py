@@ -67,7 +67,7 @@ def _override(obj: Any, values: Mapping[str, Any]) -> Any:
 
 def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> PipelineConfig:
     """A :class:`PipelineConfig` from a YAML path (or an already-parsed mapping); None: the embedded default."""
-    from r2v_train.chain import preset
+    from r2v_train.configs import preset
 
     if source is None or isinstance(source, (str, os.PathLike)):
         import yaml
@@ -231,9 +231,9 @@ class RunDirArgs:
 
 def _use_chain_threads(cfg: PipelineConfig) -> None:
     """Torch threads as in the chain (``r2v pipeline`` evaluates in the chain's process, so it has them already)."""
-    from r2v_train.chain import _set_threads
+    from r2v_train.chain import set_threads
 
-    _set_threads(cfg.chain.threads)
+    set_threads(cfg.chain.threads)
 
 
 def _pipeline(args: PipelineArgs) -> None:

@@ -176,15 +176,3 @@ def dpo_stage(cfg: DPOStageConfig, bc_model: str, pairs: str, out_dir: str | os.
 def _done_info(model_dir: str) -> dict[str, Any]:
     with open(os.path.join(model_dir, DONE_FILE)) as fh:
         return json.load(fh)
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Command line of stages 4 and 6 over a run directory (the chain's flags; upstream stages must be complete):
-    ``python -m r2v_train.policy_stages --run-dir DIR [--preset tiny] [--only STAGE] [--config.* ...]``."""
-    from r2v_train.chain import main as chain_main
-
-    return chain_main(argv, stages=("bc", "dpo"))
-
-
-if __name__ == "__main__":
-    main()

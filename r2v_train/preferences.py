@@ -179,15 +179,3 @@ def _schema():
     return pa.schema([("prompt", s), ("chosen", s), ("rejected", s), ("prompt_alt", s), ("candidates", pa.list_(s)),
                       ("origin", s), ("task_id", s), ("t", i64), ("z", i64), ("chosen_score", f64),
                       ("rejected_score", f64)])
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Command line of stage 5 over a run directory (the chain's flags; upstream stages must be complete):
-    ``python -m r2v_train.preferences --run-dir DIR [--preset tiny] [--only STAGE] [--config.* ...]``."""
-    from r2v_train.chain import main as chain_main
-
-    return chain_main(argv, stages=("preferences",))
-
-
-if __name__ == "__main__":
-    main()

@@ -441,19 +441,6 @@ class RouterTrainArgs:
     config: RouterTrainConfig = field(default_factory=RouterTrainConfig)
 
 
-def main(argv: Sequence[str] | None = None) -> RouterTrainResult:
-    """Command line: ``python -m r2v_train.router_train --train DIR --valid DIR --run-dir DIR [--config.mode ...]``."""
-    import tyro
-
-    args = tyro.cli(RouterTrainArgs, args=argv)
-    load = lambda p: RouterData.read_parquet(p) if str(p).endswith(".parquet") else RouterData.from_run(p)  # noqa: E731
-    result = train_router(load(args.train), load(args.valid), args.config, run_dir=args.run_dir)
-    valid = result.metrics["valid"]
-    print(f"router: threshold {result.threshold:.3f}, valid ECE {valid['ece']:.4f}, Brier {valid['brier']:.4f}, "
-          f"escalation {valid['escalation_rate']:.1%} -> {os.path.join(args.run_dir, ROUTER_FILE)}")
-    return result
-
-
 def _default_feature_names(d: int) -> list[str]:
     """The feature layout of ``r2v_agents.features`` when the width matches it, else f0..f{d-1}."""
     from r2v_agents.features import FEATURE_NAMES
@@ -478,7 +465,3 @@ def _check_identity(found: Mapping[str, Any] | None, expected: Mapping[str, Any]
 def _finite(row: dict[str, Any]) -> dict[str, Any]:
     """NaN -> None so that history rows stay valid JSON."""
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-
-
-if __name__ == "__main__":
-    main()

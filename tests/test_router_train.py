@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from r2v_agents.router_mlp import RouterMLP, load_router, save_router  # noqa: E402
 from r2v_envs.errors import FeatureSpecError, UnknownChoiceError  # noqa: E402
 from r2v_train.losses import cvar, routing_surrogate, seed_risk  # noqa: E402
+from r2v_train import cli  # noqa: E402
 from r2v_train import router_train as rt  # noqa: E402
 from r2v_train.router_train import RouterData, RouterTrainConfig, evaluate_router, train_router  # noqa: E402
 
@@ -227,7 +228,7 @@ def test_command_line_trains_from_parquet(tmp_path, capsys):
     data = heavy_tail_data(60, 6)
     table = pa.table({"features": data.features.tolist(), "y": data.y.astype(int), "z": data.seed})
     pq.write_table(table, tmp_path / "router.parquet")
-    result = rt.main(["--train", str(tmp_path / "router.parquet"), "--valid", str(tmp_path / "router.parquet"),
+    result = cli.main(["router-train", "--train", str(tmp_path / "router.parquet"), "--valid", str(tmp_path / "router.parquet"),
                       "--run-dir", str(tmp_path / "run"), "--config.epochs", "1", "--config.mode", "brier",
                       "--config.no-progress"])
     assert (tmp_path / "run" / rt.ROUTER_FILE).exists() and result.metrics["identity"]["config"]["mode"] == "brier"

@@ -13,7 +13,7 @@ import r2v_envs  # noqa: F401
 from r2v_agents.shards import load_rows
 from r2v_envs.core import split_tasks
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train import collect
+from r2v_train import cli, collect
 from r2v_train.chain import MARKER, ChainConfig, read_marker, run_chain
 from r2v_train.collect import EnvConfig, ReplayConfig, SplitConfig, TeacherConfig
 from r2v_train.preferences import _views, alt_prompt, choose_pair, traj_contexts
@@ -115,6 +115,6 @@ def test_chain_checks_its_arguments(tmp_path):
     with pytest.raises(RuntimeError, match="needs"):
         run_chain(scripted_config(), tmp_path, only=("replay",))
     # a stage module's command line runs its own stages and stops where upstream outputs are missing
-    assert list(collect.main(["--run-dir", str(tmp_path), "--config.env.env-id", "R2V/Scripted-v0",
+    assert list(cli.main(["collect", "--run-dir", str(tmp_path), "--config.env.env-id", "R2V/Scripted-v0",
                               "--env-kwargs", "{}",
                               "--config.split.max-train-tasks", "2", "--config.replay.seeds", "1"])) == list(FIRST)

@@ -1,0 +1,93 @@
+"""Statistics of episode outcomes shared by every evaluation (the R2V pipeline's Table 1 and ``r2v eval``).
+
+Percentile bootstrap CIs over whole episodes (SR, and LLM% as a ratio of resampled sums), paired differences on
+the same episodes, and the Pareto front of (cost, SR) points. Pure numpy over shard rows: no model, no env.
+
+Example:
+    >>> import numpy as np
+    >>> ci = bootstrap_episodes(np.array([1, 0, 1, 1]), np.array([2, 4, 2, 2]), np.array([0, 4, 0, 1]),
+    ...                         n_boot=200, seed=0)
+    >>> ci["sr"], ci["llm_pct"]
+    (75.0, 50.0)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from r2v_agents.shards import load_rows
+
+
+def bootstrap_episodes(success: np.ndarray, steps: np.ndarray, teacher_steps: np.ndarray, n_boot: int = 1000,
+                       seed: int = 0) -> dict[str, Any]:
+    """SR and LLM% (in percent) with 95% percentile bootstrap CIs, resampling whole episodes."""
+    success, steps, teacher = (np.asarray(a, dtype=np.float64) for a in (success, steps, teacher_steps))
+    n = len(success)
+    if n == 0:
+        raise ValueError("no episodes to summarise")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    sr_b = success[idx].mean(axis=1) * 100
+    llm_b = _llm_pct(teacher[idx], steps[idx])
+    llm = 100 * teacher.sum() / steps.sum() if steps.sum() else 0.0
+    return {"episodes": n, "steps": int(steps.sum()), "teacher_steps": int(teacher.sum()),
+            "sr": float(success.mean() * 100), "sr_ci": _ci95(sr_b), "llm_pct": float(llm), "llm_pct_ci": _ci95(llm_b)}
+
+
+def _llm_pct(teacher: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """LLM% of each row of resampled episodes: teacher steps / steps over the last axis (0 for no steps)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.nan_to_num(teacher.sum(axis=-1) / steps.sum(axis=-1)) * 100
+
+
+def _ci95(values: np.ndarray) -> list[float]:
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
+def paired_bootstrap(a: Mapping[str, tuple[float, int, int]], b: Mapping[str, tuple[float, int, int]],
+                     n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """SR and LLM% of method ``a`` minus method ``b`` on the same episodes (``episode_id -> (success, steps,
+    teacher_steps)``), with 95% CIs from resampling episodes jointly: the methods share tasks and seeds, so
+    pairing removes the episode-to-episode spread both CIs of Table 1 carry.
+
+    Example:
+        >>> a = {"e1": (1, 4, 1), "e2": (1, 4, 2), "e3": (1, 6, 3)}
+        >>> b = {"e1": (1, 4, 2), "e2": (0, 4, 4), "e3": (1, 6, 5)}
+        >>> d = paired_bootstrap(a, b, n_boot=200)
+        >>> round(d["sr_diff"], 1), round(d["llm_pct_diff"], 1), d["llm_pct_diff_ci"][1] < 0
+        (33.3, -35.7, True)
+    """
+    if set(a) != set(b) or not a:
+        raise ValueError(f"paired comparison needs the same episodes: {len(set(a) ^ set(b))} differ"
+                         if a else "no episodes to compare")
+    keys = sorted(a)
+    x, y = (np.array([m[k] for k in keys], dtype=np.float64) for m in (a, b))
+    idx = np.random.default_rng(seed).integers(0, len(keys), size=(n_boot, len(keys)))
+    sr_b = (x[idx, 0] - y[idx, 0]).mean(axis=1) * 100
+    llm_b = _llm_pct(x[idx, 2], x[idx, 1]) - _llm_pct(y[idx, 2], y[idx, 1])
+    return {"episodes": len(keys), "sr_diff": float((x[:, 0] - y[:, 0]).mean() * 100), "sr_diff_ci": _ci95(sr_b),
+            "llm_pct_diff": float(_llm_pct(x[:, 2], x[:, 1]) - _llm_pct(y[:, 2], y[:, 1])),
+            "llm_pct_diff_ci": _ci95(llm_b)}
+
+
+def episode_outcomes(run_dir: str | os.PathLike) -> dict[str, tuple[float, int, int]]:
+    """``episode_id -> (success, steps, teacher steps)`` of a runner directory."""
+    rows = load_rows(run_dir, "episodes", columns=["episode_id", "success", "steps", "teacher_calls"])
+    return {r["episode_id"]: (float(r["success"]), int(r["steps"]), int(r["teacher_calls"])) for r in rows}
+
+
+def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
+    """Names of the non-dominated (LLM%, SR) points: no other point has lower-or-equal cost and higher-or-equal
+    SR with one strict. Sorted by cost.
+
+    Example:
+        >>> pareto_front({"a": (0, 50), "b": (30, 90), "c": (40, 80), "d": (100, 95)})
+        ['a', 'b', 'd']
+    """
+    front = [k for k, (c, s) in points.items()
+             if not any((c2 <= c and s2 >= s and (c2, s2) != (c, s)) for k2, (c2, s2) in points.items() if k2 != k)]
+    return sorted(front, key=lambda k: points[k])
