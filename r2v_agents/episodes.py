@@ -212,7 +212,8 @@ def drive(hosts: Sequence[Host], policy: BatchPolicy, run: RunContext,
             infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
             decisions = policy.act_batch([e.ctx for e in eps], infos)
             if len(decisions) != len(eps):
-                raise RuntimeError(f"{run.policy_name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
+                raise RuntimeError(f"{run.policy_name}.act_batch returned {len(decisions)} decisions for "
+                                   f"{len(eps)} contexts")
             for (h, slot), ep, d in zip(to_act, eps, decisions):
                 ep.decision = d
                 outbox[h].append(("step", slot, d.action))

@@ -43,6 +43,8 @@ import numpy as np
 
 from r2v_agents.context import Context
 from r2v_agents.policy import Candidate
+from r2v_agents.prompts import DEFAULT_PROMPT
+from r2v_envs.errors import UnknownChoiceError
 
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
     "entropy": ("token_entropy_mean", "token_entropy_max", "token_logprob_mean", "token_logprob_worst"),
@@ -71,12 +73,10 @@ def feature_mask(groups: Sequence[str]) -> np.ndarray:
     """Boolean mask over :data:`FEATURE_NAMES` keeping the named groups (or an :data:`ABLATIONS` name)."""
     if isinstance(groups, str):
         if groups not in ABLATIONS:
-            from r2v_envs.errors import UnknownChoiceError
             raise UnknownChoiceError("feature ablation", groups, ABLATIONS)
         groups = ABLATIONS[groups]
     unknown = [g for g in groups if g not in FEATURE_GROUPS]
     if unknown:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("feature group", unknown[0], FEATURE_GROUPS)
     keep = {n for g in groups for n in FEATURE_GROUPS[g]}
     return np.array([n in keep for n in FEATURE_NAMES])
@@ -111,9 +111,7 @@ def compute_features(ctx: Context, candidates: Sequence[Candidate], *, variant: 
     whole context (goal, every action and observation).
     """
     if variant not in VARIANTS:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("feature variant", variant, VARIANTS)
-    from r2v_agents.prompts import DEFAULT_PROMPT
 
     f = dict.fromkeys(FEATURE_NAMES, 0.0)
     with_tokens = [c for c in candidates if c.token_logprobs]

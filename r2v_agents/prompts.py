@@ -1,9 +1,10 @@
 """The one prompt builder: a :class:`Context` becomes the SLM prompt, for training (SFT/DPO) and inference alike.
 
 A prompt ends with ``"Action:"`` and the completion is the action with a leading space and nothing after it
-(the trainer or sampler adds EOS). Ending the prompt on that boundary keeps TRL's prompt/completion
-tokenisation consistent (NOTES.md, TRL pitfall 4). Prompts are trimmed *here*, oldest history first, so a
-long episode never pushes the completion out of the model's window (TRL pitfall 3).
+(the trainer or sampler adds EOS). Ending the prompt on that boundary keeps TRL's prompt/completion tokenisation
+consistent (TRL's SFT tokenises prompt and prompt+completion apart and keeps the common prefix). Prompts are
+trimmed *here*, oldest history first, so a long episode never pushes the completion out of the model's window
+(TRL's truncation keeps the start of a sequence).
 
 Example:
     >>> from r2v_agents.context import Context

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, HostLost, LocalHost, RunConfig, RunContext, drive
 from r2v_agents.policy import BatchPolicy, Decision, as_policy
 from r2v_agents.workers import EnvSlots, WorkerPool
@@ -83,8 +84,6 @@ class EnvActor:
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None,
                  imports: tuple[str, ...], wrappers: tuple[str, ...]):
         import importlib
-
-        import r2v_envs  # noqa: F401 - registers the envs
 
         for module in imports:
             importlib.import_module(module)

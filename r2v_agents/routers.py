@@ -30,6 +30,7 @@ import numpy as np
 
 from r2v_agents.context import Context
 from r2v_agents.features import FEATURE_NAMES, apply_mask
+from r2v_agents.shards import load_rows
 
 _IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 
@@ -155,7 +156,6 @@ class OracleRouter(Router):
     @classmethod
     def from_run(cls, slm_run_dir: str | os.PathLike, threshold: float = 0.5) -> OracleRouter:
         """From the episodes of an SLM-only run directory written by the runner."""
-        from r2v_agents.shards import load_rows
 
         rows = load_rows(slm_run_dir, "episodes", columns=["task_id", "z", "success"])
         return cls([(r["task_id"], r["z"]) for r in rows if not r["success"]], threshold)

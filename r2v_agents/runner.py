@@ -58,6 +58,7 @@ from r2v_agents.workers import EnvSlots, ProcessHost, WorkerPool
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 
+
 @dataclass
 class RunSummary:
     out_dir: str

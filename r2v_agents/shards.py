@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_agents.context import Context
+from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 from r2v_envs.fileio import atomic_write
 
 KINDS = ("steps", "router", "episodes")
@@ -33,7 +34,6 @@ def _pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as e:  # pragma: no cover - pyarrow ships with the train extra
-        from r2v_envs.errors import BackendUnavailableError
         raise BackendUnavailableError("pyarrow", "pip install pyarrow (the runner writes Parquet shards)") from e
     return pa, pq
 
@@ -114,7 +114,6 @@ class ShardWriter:
 
 def shard_files(out_dir: str | os.PathLike, kind: str) -> list[Path]:
     if kind not in KINDS:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("shard kind", kind, KINDS)
     d = Path(out_dir)
     if not d.is_dir():

@@ -31,6 +31,7 @@ from r2v_agents.prompts import DEFAULT_PROMPT, PromptConfig, build_prompt
 from r2v_agents.samplers import Sampler
 from r2v_agents.teachers import fallback_action
 from r2v_agents.verifiers.base import Verifier, clamp
+from r2v_envs.errors import UnknownChoiceError
 
 
 def best_candidate(cands: Sequence[Candidate]) -> Candidate | None:
@@ -114,7 +115,6 @@ class SLMPolicy(BatchPolicy):
         if k < 1:
             raise ValueError("k must be >= 1")
         if admissible not in ADMISSIBLE_MODES:
-            from r2v_envs.errors import UnknownChoiceError
             raise UnknownChoiceError("admissible mode", admissible, ADMISSIBLE_MODES)
         self.admissible = admissible
         self.sampler, self.verifier, self.k = sampler, verifier, k

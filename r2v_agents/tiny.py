@@ -2,9 +2,9 @@
 
 For tests and the CPU pipeline. :func:`env_corpus` rolls the env's expert out and renders every step with
 the shared prompt builder (prompt + completion), :func:`train_tokenizer` fits a tokenizer on that text in
-well under a second, and :func:`build_tiny_model` makes a randomly initialised model sized for it (the
-defaults are the 3.4M-parameter Qwen2 of NOTES.md). Save both with ``save_pretrained(dir)`` and reload
-with ``AutoModelForCausalLM.from_pretrained(dir)`` / ``AutoTokenizer.from_pretrained(dir)``.
+well under a second, and :func:`build_tiny_model` makes a randomly initialised model sized for it (the defaults are
+a 3.4M-parameter Qwen2: hidden 256, 4 layers, 4/2 heads, FFN 768). Save both with ``save_pretrained(dir)`` and
+reload with ``AutoModelForCausalLM.from_pretrained(dir)`` / ``AutoTokenizer.from_pretrained(dir)``.
 
 Special tokens: ``<|endoftext|>`` is BOS, EOS and PAD (causal-LM training masks PAD through the attention
 mask, and the samplers cut each candidate at its first EOS).
@@ -23,6 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from r2v_agents.prompts import build_prompt, format_completion
+from r2v_agents.runner import RunConfig, run
+from r2v_agents.shards import contexts_from_steps, load_rows
+from r2v_agents.teachers import OracleTeacher
+from r2v_envs.errors import UnknownChoiceError
 
 EOS = "<|endoftext|>"
 ARCHS = ("qwen2", "llama")
@@ -49,7 +55,6 @@ def build_tiny_model(tokenizer: Any, arch: str = "qwen2", hidden_size: int = 256
                      max_positions: int = 2048, seed: int = 0):
     """A randomly initialised ``Qwen2ForCausalLM`` or ``LlamaForCausalLM`` (tied embeddings) for ``tokenizer``."""
     if arch not in ARCHS:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("tiny-model architecture", arch, ARCHS)
     import torch
     import transformers
@@ -76,11 +81,6 @@ def env_corpus(env_id: str, task_ids: Sequence[str] | None = None, seeds: Sequen
     what the SLM sees at inference: same contexts, same prompt builder.
     """
     import tempfile
-
-    from r2v_agents.prompts import build_prompt, format_completion
-    from r2v_agents.runner import RunConfig, run
-    from r2v_agents.shards import contexts_from_steps, load_rows
-    from r2v_agents.teachers import OracleTeacher
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig(env_id=env_id, out_dir=tmp, task_ids=None if task_ids is None else tuple(task_ids),

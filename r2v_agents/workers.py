@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
 
 
@@ -109,8 +110,6 @@ def _worker_main(conn, env_id: str, env_kwargs: dict, max_steps: int | None, imp
     os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep torch/BLAS from oversubscribing the cores
     import importlib
     import sys
-
-    import r2v_envs  # noqa: F401 - registers the envs
 
     for module in imports:
         importlib.import_module(module)

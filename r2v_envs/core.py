@@ -4,7 +4,7 @@ Observations and actions are ``str``. Every benchmark env subclasses :class:`Tex
 hooks (``_task_ids``, ``_reset_task``, ``_step_task``); the base class owns what must be identical across
 benchmarks: the seed story, task-level splits, task selection and the shared ``info`` keys.
 
-Seed story (see DESIGN.md):
+Seed story:
     * ``seed=z`` at construction is the *perturbation seed*; it also seeds task sampling on the first reset.
     * ``reset(seed=s)`` re-seeds task sampling and restarts the episode counter at 0 (as a fresh env would);
       ``options={"episode_index": k}`` sets the counter explicitly.
@@ -29,9 +29,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from pathlib import Path
 import string
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym

@@ -6,11 +6,12 @@ Levels, strongest first (detected at run time, see :func:`available_isolations`)
   root with the system directories and the Python prefix bind-mounted read-only, a private ``/tmp``, ``/proc``
   and ``/dev``; everything else (``/root``, ``/home``, ``/work``, ...) hidden. ``workdir`` is the only
   writable host path. When the caller is root the command also drops to a throw-away unprivileged uid inside
-  the sandbox, because ``RLIMIT_NPROC`` is not enforced for root (NOTES.md): that is what stops a fork bomb.
+  the sandbox, because ``RLIMIT_NPROC`` is not enforced for root (the kernel exempts uid 0): that is what
+  stops a fork bomb.
 * ``"unshare"`` — util-linux ``unshare``: PID namespace with ``--kill-child`` (the whole tree dies with it),
   network namespace unless ``limits.network``; the filesystem is the host's (not read-only).
 * ``"rlimit"`` — resource limits and a new session only; the tree is killed with ``killpg``. A child that
-  calls ``setsid`` escapes ``killpg`` (NOTES.md measured a 303 s pipe hold): output is read with a bounded
+  calls ``setsid`` escapes ``killpg`` (measured: it held the pipe 303 s): output is read with a bounded
   reader that stops at the deadline, so an escaped child can never block :meth:`Sandbox.run`, and after the
   run every process whose environment carries the run's marker (``R2V_SANDBOX_RUN``) is killed too.
 

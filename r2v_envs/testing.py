@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from r2v_envs.core import TextEnv
+from r2v_envs.core import TextEnv, build_env
 
 N_TASKS = 40
 ITEMS = ("coin", "key", "gem", "map")
@@ -92,6 +92,5 @@ class ScriptedTextEnv(TextEnv):
 
 def make(**kwargs: Any):
     """Entry point of ``R2V/Scripted-v0`` (see :func:`r2v_envs.core.build_env`)."""
-    from r2v_envs.core import build_env
 
     return build_env(ScriptedTextEnv, **kwargs)

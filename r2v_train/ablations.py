@@ -33,7 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from r2v_agents.features import ABLATIONS, FEATURE_GROUPS, FEATURE_NAMES, VARIANTS, pseudo_entropy
+from r2v_agents.shards import load_rows, load_table
+from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.fileio import write_json_atomic
 from r2v_train.evaluate import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
+from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
 
 ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency")
 CVAR_ALPHAS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
@@ -52,8 +57,6 @@ def _row(setting: str, run_dir: str | os.PathLike, cfg: EvalConfig, **extra: Any
 
 
 def _write(run_dir: str | os.PathLike, name: str, rows: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
-    from r2v_envs.fileio import write_json_atomic
-
     out = {"name": name, "rows": rows, **meta}
     path = Path(run_dir) / "ablations" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +68,6 @@ def _write(run_dir: str | os.PathLike, name: str, rows: list[dict[str, Any]], **
 def ablate_features(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike,
                     masks: Sequence[str] | None = None) -> dict[str, Any]:
     """R2V with each feature-group mask applied at inference (no retraining)."""
-    from r2v_agents.features import ABLATIONS
 
     masks = tuple(masks or ABLATIONS)
     routers = build_routers(agents, cfg)
@@ -85,10 +87,8 @@ def variant_features(features: np.ndarray, scores: Sequence[Sequence[float]], va
     """Logged full features -> the ``variant`` the SLM would compute (see :func:`r2v_agents.features.compute_features`):
     ``no_entropy`` zeros the entropy group; ``pseudo_entropy`` puts the normalised entropy of softmax(verifier
     scores of the K candidates) in both token-entropy dims and zeros the log-prob dims."""
-    from r2v_agents.features import FEATURE_GROUPS, FEATURE_NAMES, VARIANTS, pseudo_entropy
 
     if variant not in VARIANTS:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("feature variant", variant, VARIANTS)
     f = np.array(features, dtype=np.float32, copy=True)
     if variant == "full":
@@ -103,8 +103,6 @@ def variant_features(features: np.ndarray, scores: Sequence[Sequence[float]], va
 
 def variant_router_data(rollout_dir: str | os.PathLike, variant: str):
     """The router rows of an SLM-only runner directory with their features turned into ``variant``."""
-    from r2v_agents.shards import load_rows, load_table
-    from r2v_train.router_train import RouterData
 
     data = RouterData.from_table(load_table(rollout_dir, "router"))
     if variant == "full":
@@ -120,7 +118,6 @@ def train_variant_router(train_dir: str | os.PathLike, valid_dir: str | os.PathL
                          router_cfg: Any = None, variant: str = "full") -> tuple[str, dict[str, Any]]:
     """Train a router on ``variant`` features into ``out_dir``; returns (router path, its training metrics)."""
     from r2v_agents.router_mlp import load_router, save_router
-    from r2v_train.router_train import ROUTER_FILE, RouterTrainConfig, train_router
 
     cfg = router_cfg or RouterTrainConfig(progress=False)
     result = train_router(variant_router_data(train_dir, variant), variant_router_data(valid_dir, variant), cfg,
@@ -154,7 +151,6 @@ def ablate_cvar(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike, tra
                 valid_dir: str | os.PathLike, alphas: Sequence[float] = CVAR_ALPHAS,
                 epsilons: Sequence[float] = CVAR_EPSILONS, router_cfg: Any = None) -> dict[str, Any]:
     """The router retrained for each (alpha, epsilon) (everything else fixed), evaluated routed."""
-    from r2v_train.router_train import RouterTrainConfig
 
     base_cfg = router_cfg or RouterTrainConfig(progress=False)
     cond, spec = _main_condition(cfg)

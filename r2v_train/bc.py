@@ -1,10 +1,11 @@
-"""Stage 3 of Algorithm 1: behavioural cloning (Eq. 3) of the SLM on prompt/completion pairs with TRL's SFTTrainer.
+"""Stage 4 of Algorithm 1: behavioural cloning (Eq. 3) of the SLM on prompt/completion pairs with TRL's SFTTrainer.
 
 Rows are ``{"prompt": build_prompt(ctx), "completion": format_completion(action)}`` from
-``r2v_agents.prompts`` (the prompt ends with ``"Action:"``, the completion is the action with a leading space:
-a token boundary, NOTES.md TRL pitfall 4); SFT appends EOS itself and trains on completion tokens only, i.e.
--log pi(a*|x). Optional LoRA (peft) adapters are merged into the saved model, so later stages (candidate
-sampling, DPO with the BC model as frozen reference) load one plain model directory.
+``r2v_agents.prompts`` (the prompt ends with ``"Action:"``, the completion is the action with a leading space: a
+token boundary, since SFT tokenises prompt and prompt+completion apart and keeps their common prefix); SFT appends
+EOS itself and trains on completion tokens only, i.e. -log pi(a*|x). Optional LoRA (peft) adapters are merged into
+the saved model, so later stages (candidate sampling, DPO with the BC model as frozen reference) load one plain
+model directory.
 
 Outputs in ``output_dir``: ``checkpoints/`` (the Trainer's, for resuming) and ``model/`` (final model and
 tokenizer, moved into place atomically; a finished ``model/`` is reused, not retrained).
@@ -24,6 +25,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
 from r2v_envs.fileio import jsonable
 
 MODEL_DIR, CHECKPOINT_DIR, DONE_FILE = "model", "checkpoints", "bc_done.json"
@@ -41,7 +43,7 @@ class BCConfig:
     per_device_train_batch_size: int = field(default=8, metadata={"help": "sequences per device per step"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "steps accumulated per update"})
     max_length: int | None = field(default=1024, metadata={
-        "help": "token budget per sequence; trim prompts beforehand (truncation keeps the start, pitfall 3)"})
+        "help": "token budget per sequence; trim prompts beforehand (TRL's truncation keeps the start)"})
     lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha"})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
@@ -69,7 +71,7 @@ class BCConfig:
             max_steps=self.max_steps, learning_rate=self.learning_rate,
             per_device_train_batch_size=self.per_device_train_batch_size,
             gradient_accumulation_steps=self.gradient_accumulation_steps, max_length=self.max_length,
-            bf16=_bf16(self.bf16), gradient_checkpointing=False,  # NOTES.md pitfall 2
+            bf16=_bf16(self.bf16), gradient_checkpointing=False,  # TRL defaults both on; bf16 fails on CPU
             logging_steps=self.logging_steps, save_steps=self.save_steps, save_total_limit=2, seed=self.seed,
             report_to="none", completion_only_loss=True, use_cpu=not _cuda())
         kwargs.update(self.sft_overrides)
@@ -103,7 +105,8 @@ def bc_dataset(rows: Any) -> Any:
     head = ds.select(range(min(100, len(ds))))
     if any(not c.startswith(" ") or p.endswith((" ", "\n")) for p, c in zip(head["prompt"], head["completion"])):
         warnings.warn("BC completions should start with a space and prompts end without one (r2v_agents.prompts."
-                      "format_completion): otherwise prompt and completion tokens merge (NOTES.md TRL pitfall 4)",
+                      "format_completion): otherwise prompt and completion tokens merge at the boundary (SFT keeps "
+                      "only their common prefix as the prompt)",
                       stacklevel=2)
     return ds.select_columns(["prompt", "completion"])
 

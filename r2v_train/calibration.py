@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from r2v_envs.errors import UnknownChoiceError
+from r2v_train.losses import cvar
+
 THRESHOLD_RULES = ("min_cost", "bayes", "budget")
 
 
@@ -164,8 +167,6 @@ def routing_objective(d: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, 
             raise ValueError("a CVaR term (lam > 0) needs the rollout id of every step")
         import torch
 
-        from r2v_train.losses import cvar
-
         risk = np.bincount(rollout, weights=cost) / np.bincount(rollout)
         value += lam * (float(cvar(torch.from_numpy(risk[np.isfinite(risk)]), alpha)) - epsilon)
     return value
@@ -252,8 +253,6 @@ def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, k
     if rule == "bayes":
         return bayes_threshold(c_slm, c_llm, kappa)
     if rule not in THRESHOLD_RULES:
-        from r2v_envs.errors import UnknownChoiceError
-
         raise UnknownChoiceError("threshold rule", rule, THRESHOLD_RULES)
     if rule == "budget" and (max_escalation is None or not 0 <= max_escalation <= 1):
         raise ValueError(f"rule 'budget' needs max_escalation in [0, 1]; got {max_escalation}")

@@ -50,11 +50,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from r2v_agents.shards import load_rows
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
+from r2v_train import collect, policy_stages, preferences
 from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
-from r2v_train.router_train import RouterTrainConfig
+from r2v_train.router_train import RouterData, RouterTrainConfig, train_router
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -92,8 +95,6 @@ def stage_paths(run_dir: str | os.PathLike) -> dict[str, str]:
 
 
 def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
-    from r2v_train import collect, policy_stages, preferences
-
     def split(c, d):
         s = collect.split_stage(c.env, c.split, os.path.join(d, "split"))
         return {"split": stage_paths(d)["split"], "train_tasks": len(s["used"]["train"]),
@@ -126,8 +127,6 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
         return {part: {"dir": s["out_dir"], "success_rate": _success(s["out_dir"])} for part, s in out.items()}
 
     def router(c, d):
-        from r2v_train.router_train import RouterData, train_router
-
         p = stage_paths(d)
         train, valid = RouterData.from_run(p["router_data_train"]), RouterData.from_run(p["router_data_valid"])
         r = train_router(train, valid, c.router, run_dir=os.path.join(d, "router"))
@@ -140,8 +139,6 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
 
 
 def _success(run_dir: str) -> float:
-    from r2v_agents.shards import load_rows
-
     eps = load_rows(run_dir, "episodes", ["success"])
     return sum(e["success"] for e in eps) / len(eps) if eps else float("nan")
 
@@ -174,7 +171,6 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
     """
     unknown = [s for s in (*(only or ()), *force) if s not in STAGES]
     if unknown:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("stage", unknown[0], STAGES)
     run_dir = os.fspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)

@@ -32,11 +32,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import r2v_envs  # noqa: F401
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
+from r2v_agents.runner import RunConfig, run
+from r2v_agents.samplers.openai_sampler import OpenAISampler
+from r2v_agents.samplers.transformers_sampler import TransformersSampler
+from r2v_agents.samplers.vllm_sampler import VLLMSampler
 from r2v_agents.shards import load_rows
+from r2v_agents.slm import SLMPolicy
+from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig, OracleTeacher, fallback_action
+from r2v_agents.verifiers import verifier_for
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
-from r2v_agents.teachers import fallback_action
 
 SPLIT_FILE = "split.json"
 SPLITS = ("train", "valid", "test")
@@ -129,8 +137,6 @@ def split_stage(env: EnvConfig, cfg: SplitConfig, out_dir: str | os.PathLike) ->
     """Write ``out_dir/split.json``: every split's task ids and the ``used`` train/valid subsets."""
     import gymnasium as gym
 
-    import r2v_envs  # noqa: F401
-
     probe = gym.make(env.env_id, seed=0, **{**env.env_kwargs, "perturbations": None})
     try:
         base = probe.unwrapped
@@ -158,7 +164,6 @@ def load_split(split_dir: str | os.PathLike) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------- stage 1
 def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
     """The teacher pi_T: the env's oracle, or an OpenAI-compatible chat model (``cfg.model`` at ``cfg.base_url``)."""
-    from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig, OracleTeacher
 
     cfg = TeacherConfig(teacher=cfg) if isinstance(cfg, str) else cfg
     if cfg.teacher == "oracle":
@@ -168,14 +173,12 @@ def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
             raise ValueError("the openai teacher needs teacher.model (the model name at the endpoint)")
         return OpenAITeacher(OpenAITeacherConfig(model=cfg.model, base_url=cfg.base_url or None,
                                                  api_key_env=cfg.api_key_env, budget=cfg.budget or None))
-    from r2v_envs.errors import UnknownChoiceError
 
     raise UnknownChoiceError("teacher", cfg.teacher, ["oracle", "openai"])
 
 
 def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], out_dir: str | os.PathLike):
     """Clean teacher episodes (D_exp) on ``task_ids``; returns the runner's summary."""
-    from r2v_agents.runner import RunConfig, run
 
     rc = RunConfig(env.env_id, os.fspath(out_dir), task_ids=tuple(task_ids), seeds=(cfg.seed,), split="train",
                    env_kwargs={**env.env_kwargs, "perturbations": None}, max_steps=env.max_steps,
@@ -231,7 +234,6 @@ def logged_actions(run_dir: str | os.PathLike, successful_only: bool = True) -> 
 
 def replay_stage(env: EnvConfig, cfg: ReplayConfig, teacher_dir: str | os.PathLike, out_dir: str | os.PathLike):
     """Replay the successful clean trajectories of ``teacher_dir`` under ``cfg.seeds`` (D_pert)."""
-    from r2v_agents.runner import RunConfig, run
 
     actions = logged_actions(teacher_dir)
     if not actions:
@@ -252,20 +254,13 @@ def make_sampler(model_dir: str, cfg: RouterDataConfig):
     """The SLM's candidate sampler over a saved model (``cfg.sampler``: transformers, vllm or openai)."""
     opts = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
     if cfg.sampler == "transformers":
-        from r2v_agents.samplers.transformers_sampler import TransformersSampler
-
         return TransformersSampler.from_pretrained(model_dir, seed=cfg.sampler_seed, **opts)
     if cfg.sampler == "vllm":
-        from r2v_agents.samplers.vllm_sampler import VLLMSampler
-
         return VLLMSampler(model_dir, seed=cfg.sampler_seed, **opts)
     if cfg.sampler == "openai":
-        from r2v_agents.samplers.openai_sampler import OpenAISampler
-
         if not cfg.sampler_base_url:
             raise ValueError("the openai sampler needs router_data.sampler_base_url (the `vllm serve` endpoint)")
         return OpenAISampler(model=model_dir, base_url=cfg.sampler_base_url, **opts)
-    from r2v_envs.errors import UnknownChoiceError
 
     raise UnknownChoiceError("sampler", cfg.sampler, ["transformers", "vllm", "openai"])
 
@@ -275,8 +270,6 @@ def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWor
 
     ``sampler`` (e.g. a :class:`r2v_agents.samplers.memo.MemoSampler` shared by several policies) replaces the one
     :func:`make_sampler` would load."""
-    from r2v_agents.slm import SLMPolicy
-    from r2v_agents.verifiers import verifier_for
 
     sampler = make_sampler(model_dir, cfg) if sampler is None else sampler
     return SLMPolicy(sampler, verifier_for(env_id), k=cfg.k, admissible=cfg.admissible)
@@ -285,7 +278,6 @@ def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWor
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],
                       out_dir: str | os.PathLike) -> dict[str, Any]:
     """SLM-only rollouts into ``out_dir/train`` and ``out_dir/valid``; returns both runner summaries."""
-    from r2v_agents.runner import RunConfig, run
 
     policy = slm_policy(model_dir, cfg, env.env_id)
     out = {}

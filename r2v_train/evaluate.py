@@ -41,8 +41,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from r2v_envs.fileio import jsonable
+
+import r2v_envs  # noqa: F401
+from r2v_agents.routed import RoutedPolicy
+from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, OracleRouter
+from r2v_agents.runner import RunConfig, run
+from r2v_agents.shards import load_rows
+from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_eval.stats import bootstrap_episodes, episode_outcomes, paired_bootstrap, pareto_front  # noqa: F401
+from r2v_train import calibration
+from r2v_train.router_train import RouterData
 
 METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")
 METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "Heuristic router", "r2v": "R2V",
@@ -99,8 +108,6 @@ class EvalConfig:
     """progress bars"""
 
     def __post_init__(self) -> None:
-        from r2v_envs.errors import UnknownChoiceError
-
         for m in self.methods:
             if m not in METHODS:
                 raise UnknownChoiceError("evaluation method", m, METHODS)
@@ -144,7 +151,6 @@ class Agents:
 # ------------------------------------------------------------------------------------------------ metrics
 def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """SR / LLM% with CIs from a runner directory's episode shards."""
-    from r2v_agents.shards import load_rows
 
     rows = load_rows(run_dir, "episodes", columns=["success", "steps", "teacher_calls", "cost"])
     out = bootstrap_episodes(np.array([r["success"] for r in rows]), np.array([r["steps"] for r in rows]),
@@ -155,7 +161,6 @@ def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -
 
 def calibration_metrics(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """ECE, Brier and the reliability bins of failure probabilities ``p`` against labels ``y``."""
-    from r2v_train import calibration
 
     p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
     return {"n": int(len(p)), "ece": calibration.expected_calibration_error(p, y),
@@ -168,7 +173,6 @@ def build_routers(agents: Agents, cfg: EvalConfig) -> dict[str, Any]:
 
     Both baselines turn a non-learned score into a decision with the same validation data the R2V threshold is
     selected on (``cfg.heuristic_fit``); without validation rows the heuristic keeps its rule threshold (0.5)."""
-    from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter
 
     routers: dict[str, Any] = {}
     if agents.router_path is not None and os.path.exists(agents.router_path):
@@ -188,7 +192,6 @@ def build_routers(agents: Agents, cfg: EvalConfig) -> dict[str, Any]:
 
 def load_valid(path: str | os.PathLike):
     """Validation router rows (a runner directory, or a .parquet file) as ``RouterData``."""
-    from r2v_train.router_train import RouterData
 
     return RouterData.read_parquet(path) if str(path).endswith(".parquet") else RouterData.from_run(path)
 
@@ -210,8 +213,6 @@ def router_calibration(routers: Mapping[str, Any], valid_router_dir: str | os.Pa
 def make_policy(method: str, agents: Agents, routers: Mapping[str, Any], slm_run_dir: str | None,
                 cfg: EvalConfig, ablation: str = "all") -> Any:
     """A fresh policy for ``method``."""
-    from r2v_agents.routed import RoutedPolicy
-    from r2v_agents.routers import OracleRouter
 
     if method == "slm":
         return agents.slm()
@@ -222,7 +223,6 @@ def make_policy(method: str, agents: Agents, routers: Mapping[str, Any], slm_run
             raise ValueError("the oracle router needs the slm rollouts of the same tasks and seeds")
         router = OracleRouter.from_run(slm_run_dir)
     elif method not in routers:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("router (is router.pt trained?)", method, list(routers))
     else:
         router = routers[method]
@@ -234,7 +234,6 @@ def run_method(policy: Any, name: str, cfg: EvalConfig, spec: Any, out_dir: str 
                seeds: Sequence[int] | None = None) -> str:
     """Run ``policy`` over the evaluation grid (tasks x ``seeds``, default ``cfg.seeds``) under perturbation
     ``spec`` into ``out_dir`` (resumable)."""
-    from r2v_agents.runner import RunConfig, run
 
     seeds = tuple(cfg.seeds if seeds is None else seeds)
     cfg_run = RunConfig(cfg.env_id, os.fspath(out_dir), task_ids=task_ids(cfg), seeds=seeds, split=cfg.split,
@@ -250,8 +249,6 @@ def task_ids(cfg: EvalConfig) -> tuple[str, ...] | None:
         return None
     import gymnasium as gym
 
-    import r2v_envs  # noqa: F401
-
     env = gym.make(cfg.env_id, seed=0, **{**cfg.env_kwargs, "perturbations": None})
     try:
         return tuple(env.unwrapped.task_ids(cfg.split)[: cfg.max_tasks])
@@ -262,7 +259,6 @@ def task_ids(cfg: EvalConfig) -> tuple[str, ...] | None:
 # ------------------------------------------------------------------------------------------------ main
 def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Run every method under every condition, then write ``<out_dir>/results.json`` (returned)."""
-    from r2v_envs.fileio import write_json_atomic
 
     out = Path(out_dir)
     routers = build_routers(agents, cfg)
@@ -297,7 +293,6 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
 def heuristic_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig, out: Path) -> list[dict[str, Any]]:
     """The heuristic router at each threshold of ``cfg.heuristic_sweep`` under the main condition: one runner
     directory per threshold (``runs/<condition>/heuristic@<tau>``), rows sorted by threshold."""
-    from r2v_agents.routers import HeuristicRouter
 
     cond, spec = next(iter(cfg.conditions().items()))
     rows = []

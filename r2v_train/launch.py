@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from r2v_envs.fileio import jsonable
-from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, _has_checkpoint, save_trained
+from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, _has_checkpoint, save_trained, train_bc
 
 
 @dataclass
@@ -66,7 +66,8 @@ class DPOLaunch:
     per_device_train_batch_size: int = 4
     gradient_accumulation_steps: int = 1
     max_length: int | None = 1024
-    """Token budget per sequence (trim prompts beforehand: NOTES.md TRL pitfall 3)."""
+    """Token budget per sequence (trim prompts beforehand: TRL's truncation keeps the start, so an over-long
+    prompt loses its completion)."""
     save_steps: int = 500
     logging_steps: int = 10
     seed: int = 0
@@ -96,8 +97,6 @@ def _tokenizer(model: str) -> Any:
 
 
 def run_bc(args: BCLaunch) -> str:
-    from r2v_train.bc import train_bc
-
     return train_bc(args.model, _tokenizer(args.model), load_rows(args.data), args.cfg)
 
 
@@ -107,7 +106,7 @@ def run_dpo(args: DPOLaunch) -> str:
         return final
     from transformers import AutoModelForCausalLM
 
-    from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer
+    from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer  # torch + TRL
 
     checkpoints = os.path.join(args.output_dir, "checkpoints")
     config = ConsistencyDPOConfig(
@@ -118,7 +117,7 @@ def run_dpo(args: DPOLaunch) -> str:
         save_steps=args.save_steps, save_total_limit=2, logging_steps=args.logging_steps, seed=args.seed,
         report_to="none", **_typed_overrides(args.overrides))
     model = AutoModelForCausalLM.from_pretrained(args.model)
-    ref = AutoModelForCausalLM.from_pretrained(args.model)  # a distinct frozen copy (NOTES.md TRL pitfall 1)
+    ref = AutoModelForCausalLM.from_pretrained(args.model)  # a distinct frozen copy (ref_model=None reloads by name)
     tok = _tokenizer(args.model)
     trainer = ConsistencyDPOTrainer(model=model, ref_model=ref, args=config, train_dataset=load_rows(args.data),
                                     processing_class=tok)

@@ -28,8 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2v_train.evaluate import Agents, EvalConfig
-from r2v_envs.fileio import jsonable
+from r2v_agents.samplers.memo import MemoSampler
+from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.fileio import jsonable, write_json_atomic
+from r2v_train import ablations
+from r2v_train.ablations import ABLATION_NAMES
+from r2v_train.chain import run_chain, set_threads, stage_paths
+from r2v_train.collect import make_sampler, make_teacher, slm_policy
+from r2v_train.configs import preset
+from r2v_train.evaluate import METHOD_LABELS, Agents, EvalConfig, evaluate, methods_table
+from r2v_train.policy_stages import dpo_stage
+from r2v_train.report import ablation_table, write_report
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -48,7 +57,6 @@ class PipelineConfig:
 def _override(obj: Any, values: Mapping[str, Any]) -> Any:
     """``obj`` (a dataclass) with ``values`` set, recursing into nested dataclasses; lists become tuples where
     the field's default is a tuple."""
-    from r2v_envs.errors import UnknownChoiceError
 
     names = {f.name: f for f in dataclasses.fields(obj)}
     changes = {}
@@ -67,7 +75,6 @@ def _override(obj: Any, values: Mapping[str, Any]) -> Any:
 
 def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> PipelineConfig:
     """A :class:`PipelineConfig` from a YAML path (or an already-parsed mapping); None: the embedded default."""
-    from r2v_train.configs import preset
 
     if source is None or isinstance(source, (str, os.PathLike)):
         import yaml
@@ -78,18 +85,15 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
         data = dict(source)
     unknown = set(data) - {"preset", "chain", "evaluate", "ablations", "description"}
     if unknown:
-        from r2v_envs.errors import UnknownChoiceError
         raise UnknownChoiceError("pipeline config key", sorted(unknown)[0],
                                  ["preset", "chain", "evaluate", "ablations", "description"])
     chain = _override(preset(data.get("preset", "default")), data.get("chain") or {})
     env = chain.env  # the evaluation runs on the chain's env unless the file says otherwise
     ev = EvalConfig(env_id=env.env_id, env_kwargs=dict(env.env_kwargs), max_steps=env.max_steps, workers=env.workers)
     ev = _override(ev, data.get("evaluate") or {})
-    from r2v_train.ablations import ABLATION_NAMES
 
     for a in data.get("ablations") or ():
         if a not in ABLATION_NAMES:
-            from r2v_envs.errors import UnknownChoiceError
             raise UnknownChoiceError("ablation", a, ABLATION_NAMES)
     return PipelineConfig(chain=chain, evaluate=ev, ablations=tuple(data.get("ablations") or ()))
 
@@ -97,8 +101,6 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
 def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
     """The evaluation's parts from a chain run directory: the DPO policy (BC if DPO is absent), the teacher, the
     router and the validation router rows."""
-    from r2v_train.chain import stage_paths
-    from r2v_train.collect import make_teacher
 
     p = stage_paths(run_dir)
     model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
@@ -111,12 +113,9 @@ def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
     """A factory of fresh SLM policies over one sampler, loaded on first use and memoised
     (:class:`r2v_agents.samplers.memo.MemoSampler`): the methods of an evaluation share the SLM's draws for the
     decisions they have in common instead of sampling them again (the draws are a function of the decision)."""
-    from r2v_train.collect import make_sampler, slm_policy
 
     @functools.cache
     def sampler() -> Any:
-        from r2v_agents.samplers.memo import MemoSampler
-
         return MemoSampler(make_sampler(model_dir, cfg))
 
     return lambda: slm_policy(model_dir, cfg, env_id, sampler=sampler())
@@ -125,8 +124,6 @@ def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
 def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
     """``retrain(lam, out_dir) -> SLM factory`` for the lambda_cons sweep: the chain's DPO stage from the run's BC
     model and preference pairs with ``consistency_coef = lam``."""
-    from r2v_train.chain import stage_paths
-    from r2v_train.policy_stages import dpo_stage
 
     p = stage_paths(run_dir)
 
@@ -137,9 +134,6 @@ def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
 
 
 def run_ablation(name: str, cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, Any]:
-    from r2v_train import ablations
-    from r2v_train.chain import stage_paths
-
     p, agents = stage_paths(run_dir), agents_from_run(cfg.chain, run_dir)
     ev = dataclasses.replace(cfg.evaluate, per_type=())
     if name == "features":
@@ -152,16 +146,11 @@ def run_ablation(name: str, cfg: PipelineConfig, run_dir: str | os.PathLike) -> 
                                      router_cfg=cfg.chain.router)
     if name == "consistency":
         return ablations.ablate_consistency(agents, ev, run_dir, dpo_retrainer(cfg.chain, run_dir))
-    from r2v_envs.errors import UnknownChoiceError
     raise UnknownChoiceError("ablation", name, ablations.ABLATION_NAMES)
 
 
 def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, Any]:
     """Chain -> evaluation -> ablations -> report; returns the summary also written to ``pipeline.json``."""
-    from r2v_envs.fileio import write_json_atomic
-    from r2v_train.chain import run_chain
-    from r2v_train.evaluate import evaluate
-    from r2v_train.report import write_report
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +182,6 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
 
 def summary_text(summary: Mapping[str, Any]) -> str:
     """The closing summary printed by ``r2v pipeline``."""
-    from r2v_train.evaluate import METHOD_LABELS, methods_table
 
     lines = ["", methods_table(summary["main"]), ""]
     for m in ("heuristic", "entropy"):
@@ -231,7 +219,6 @@ class RunDirArgs:
 
 def _use_chain_threads(cfg: PipelineConfig) -> None:
     """Torch threads as in the chain (``r2v pipeline`` evaluates in the chain's process, so it has them already)."""
-    from r2v_train.chain import set_threads
 
     set_threads(cfg.chain.threads)
 
@@ -241,8 +228,6 @@ def _pipeline(args: PipelineArgs) -> None:
 
 
 def _evaluate(args: RunDirArgs) -> None:
-    from r2v_train.evaluate import evaluate, methods_table
-
     cfg = load_config(args.config)
     _use_chain_threads(cfg)
     r = evaluate(agents_from_run(cfg.chain, args.run_dir), cfg.evaluate, Path(args.run_dir) / "eval")
@@ -250,15 +235,11 @@ def _evaluate(args: RunDirArgs) -> None:
 
 
 def _report(args: RunDirArgs) -> None:
-    from r2v_train.report import write_report
-
     print(write_report(args.run_dir))
 
 
 def _ablate(name: str):
     def cmd(args: RunDirArgs) -> None:
-        from r2v_train.report import ablation_table, write_report
-
         cfg = load_config(args.config)
         _use_chain_threads(cfg)
         out = run_ablation(name, cfg, args.run_dir)

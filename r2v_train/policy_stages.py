@@ -7,8 +7,8 @@ model directory) or, when empty, a tiny Qwen2 with a tokenizer trained on D_traj
 saved once in ``out_dir/init`` so that a resumed run continues from the very same weights and vocabulary.
 
 :func:`dpo_stage` trains :class:`r2v_train.dpo_consistency.ConsistencyDPOTrainer` on the pairs of stage 5 with the
-BC model frozen as reference (a distinct in-memory copy: NOTES.md TRL pitfall 1), resuming from its newest
-checkpoint, and saves ``out_dir/model`` atomically.
+BC model frozen as reference (a distinct in-memory copy: with ref_model=None TRL reloads the reference by name),
+resuming from its newest checkpoint, and saves ``out_dir/model`` atomically.
 
 Example (not run here: it trains; see tests/test_chain_e2e.py):
     >>> bc_stage(BCStageConfig(max_steps=20), ["runs/x/teacher", "runs/x/replay"], "runs/x/bc")  # doctest: +SKIP
@@ -23,6 +23,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from r2v_agents.prompts import build_prompt, format_completion
+from r2v_agents.shards import contexts_from_steps, load_rows
+from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
 from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
 
 INIT_DIR = "init"
@@ -90,8 +93,6 @@ class DPOStageConfig:
 
 def bc_rows(traj: Sequence[str | os.PathLike]) -> list[dict[str, str]]:
     """Prompt/completion rows of the successful episodes of the runner directories ``traj``."""
-    from r2v_agents.prompts import build_prompt, format_completion
-    from r2v_agents.shards import contexts_from_steps, load_rows
 
     rows = []
     for d in traj:
@@ -107,8 +108,6 @@ def _initial_model(cfg: BCStageConfig, rows: list[dict[str, str]], out_dir: str)
 
     path = cfg.base_model or os.path.join(out_dir, INIT_DIR)
     if not cfg.base_model and not os.path.exists(os.path.join(path, DONE_FILE)):
-        from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
-
         tok = train_tokenizer([r["prompt"] + r["completion"] + EOS for r in rows], vocab_size=cfg.vocab_size)
         model = build_tiny_model(tok, hidden_size=cfg.tiny_hidden, num_layers=cfg.tiny_layers,
                                  num_heads=cfg.tiny_heads, num_kv_heads=cfg.tiny_kv_heads,
@@ -140,13 +139,13 @@ def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str
 
 def dpo_stage(cfg: DPOStageConfig, bc_model: str, pairs: str, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Train DPO + consistency into ``out_dir/model``; returns its path, step count and last logged JSD."""
+    from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer  # torch + TRL
+
     out_dir = os.fspath(out_dir)
     final = os.path.join(out_dir, MODEL_DIR)
     if not os.path.exists(os.path.join(final, DONE_FILE)):
         import datasets
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer
 
         data = datasets.Dataset.from_parquet(pairs)
         if len(data) == 0:

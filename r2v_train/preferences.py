@@ -39,6 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from r2v_agents.prompts import build_prompt, format_completion
+from r2v_agents.samplers.transformers_sampler import TransformersSampler
+from r2v_agents.shards import contexts_from_steps, load_rows
+from r2v_agents.slm import SLMPolicy
+from r2v_agents.verifiers import verifier_for
 from r2v_envs.fileio import atomic_write
 
 PAIRS_FILE = "pairs.parquet"
@@ -86,7 +92,6 @@ def choose_pair(scored: Sequence[tuple[str, float]], teacher_action: str, teache
 
 def traj_contexts(dirs: Sequence[str | os.PathLike]) -> list[tuple[Any, dict[str, Any]]]:
     """(context, step row) of every step of the runner directories ``dirs`` (D_traj), in log order."""
-    from r2v_agents.shards import contexts_from_steps, load_rows
 
     out = []
     for d in dirs:
@@ -95,8 +100,6 @@ def traj_contexts(dirs: Sequence[str | os.PathLike]) -> list[tuple[Any, dict[str
 
 
 def _views(items: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, int], dict[int, tuple[str, tuple]]]:
-    from r2v_agents.prompts import build_prompt
-
     views: dict[tuple[str, int], dict[int, tuple[str, tuple]]] = {}
     for ctx, row in items:
         views.setdefault((row["task_id"], row["t"]), {})[row["z"]] = (build_prompt(ctx), tuple(ctx.actions))
@@ -119,11 +122,6 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from r2v_agents.prompts import build_prompt, format_completion
-    from r2v_agents.samplers.transformers_sampler import TransformersSampler
-    from r2v_agents.slm import SLMPolicy
-    from r2v_agents.verifiers import verifier_for
 
     out, chunks = Path(out_dir), Path(out_dir) / "chunks"
     chunks.mkdir(parents=True, exist_ok=True)

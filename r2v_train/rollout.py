@@ -19,8 +19,13 @@ from typing import Any
 
 import numpy as np
 
+import r2v_envs  # noqa: F401
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
+from r2v_agents.runner import RunConfig, run
+from r2v_agents.shards import load_rows
+from r2v_agents.teachers import OracleTeacher
+from r2v_envs.errors import UnknownChoiceError
 
 
 @dataclass
@@ -62,13 +67,10 @@ class RandomAdmissible(BatchPolicy):
 
 
 def make_policy(name: str) -> BatchPolicy:
-    from r2v_agents.teachers import OracleTeacher
-
     if name == "expert":
         return OracleTeacher()
     if name == "random":
         return RandomAdmissible()
-    from r2v_envs.errors import UnknownChoiceError
 
     raise UnknownChoiceError("rollout policy", name, ["expert", "random"])
 
@@ -76,10 +78,6 @@ def make_policy(name: str) -> BatchPolicy:
 def rollout(args: RolloutArgs) -> list[dict]:
     """Run the grid; return one record per episode (task, seed, perturbation, policy, won, steps, events)."""
     import gymnasium as gym
-
-    import r2v_envs  # noqa: F401
-    from r2v_agents.runner import RunConfig, run
-    from r2v_agents.shards import load_rows
 
     probe = gym.make(args.env_id, split=args.split, **args.env_kwargs)
     task_ids = probe.unwrapped.task_ids()

@@ -55,8 +55,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from r2v_agents.features import FEATURE_NAMES
+from r2v_agents.shards import load_table
 from r2v_envs.errors import FeatureSpecError, UnknownChoiceError
+from r2v_envs.fileio import atomic_write
 from r2v_train import calibration
+from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
 
 if TYPE_CHECKING:
     import torch
@@ -208,7 +212,6 @@ class RouterData:
     @classmethod
     def from_run(cls, out_dir: str | os.PathLike) -> RouterData:
         """The router rows (f_t, y_t) of a runner output directory (its committed ``router-*.parquet`` shards)."""
-        from r2v_agents.shards import load_table
 
         return cls.from_table(load_table(out_dir, "router"))
 
@@ -254,8 +257,6 @@ def evaluate_router(model: RouterMLP, data: RouterData, threshold: float, cfg: R
     mean hard routing cost, and the mean / CVaR_alpha of per-rollout soft and hard routing costs (Eq. 10)."""
     import torch
 
-    from r2v_train.losses import cvar, routing_surrogate, seed_risk
-
     p = model.predict_proba(data.features).astype(np.float64)
     y = data.y.astype(np.float64)
     d = (p >= threshold).astype(np.float64)
@@ -284,8 +285,6 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     import torch
 
     from r2v_agents.router_mlp import FastDropout, RouterMLP, load_router, save_router
-    from r2v_envs.fileio import atomic_write
-    from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
 
     cfg = cfg or RouterTrainConfig()
     d = train.features.shape[1]
@@ -443,7 +442,6 @@ class RouterTrainArgs:
 
 def _default_feature_names(d: int) -> list[str]:
     """The feature layout of ``r2v_agents.features`` when the width matches it, else f0..f{d-1}."""
-    from r2v_agents.features import FEATURE_NAMES
 
     return list(FEATURE_NAMES) if d == len(FEATURE_NAMES) else [f"f{i}" for i in range(d)]
 

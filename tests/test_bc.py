@@ -72,7 +72,7 @@ def test_bc_data_is_checked(tiny):
         bc_dataset([{"prompt": "x"}])
     with pytest.raises(ValueError, match="empty completion"):
         bc_dataset([{"prompt": "Action:", "completion": "  "}])
-    with pytest.warns(UserWarning, match="pitfall 4"):
+    with pytest.warns(UserWarning, match="tokens merge at the boundary"):
         bc_dataset([{"prompt": "Action: ", "completion": "go"}])
     with pytest.raises(ValueError, match="epochs > 0 or max_steps"):
         BCConfig(output_dir="x", epochs=0)

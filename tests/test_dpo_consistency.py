@@ -42,7 +42,7 @@ def make_trainer(tok, data, tmp_path, coef, **kw):
     args = ConsistencyDPOConfig(output_dir=str(tmp_path), consistency_coef=coef, max_steps=4, learning_rate=5e-3,
                                 per_device_train_batch_size=4, logging_steps=1, save_steps=4, report_to="none",
                                 seed=0, **kw)
-    # NOTES.md pitfall 1: a distinct in-memory copy as the frozen reference
+    # a distinct in-memory copy as the frozen reference (ref_model=None makes TRL reload it from the hub name)
     return ConsistencyDPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=data,
                                  processing_class=tok), model
 

@@ -133,9 +133,9 @@ def test_own_modules_imported_at_top():
     assert lazy == [], f"r2v modules imported inside functions ({len(lazy)}): {lazy[:20]}"
 
 
-# Lazy on purpose: these modules import a heavy third-party engine at their top, so importing them inside the
-# function that needs the engine keeps `import r2v_envs` / `import r2v_agents` light.
-HEAVY_R2V = set()
+# Lazy on purpose: these modules import torch (and TRL) at their top, as modules that define torch/TRL subclasses
+# must; importing them inside the function that trains or loads keeps `import r2v_train.cli` and the runner light.
+HEAVY_R2V = {"r2v_agents.router_mlp", "r2v_train.dpo_consistency"}
 
 
 def _allowed_lazy(module: str, target: str) -> bool:

@@ -91,7 +91,7 @@ def test_sleeping_process_hits_the_wall_deadline(sandbox, tmp_path):
 
 
 def test_setsid_escaper_does_not_hold_the_run(sandbox, tmp_path):
-    # The child leaves the session and keeps stdout open; the parent exits at once (NOTES.md: 303 s under killpg).
+    # The child leaves the session and keeps stdout open; the parent exits at once (measured: a 303 s pipe hold under plain killpg).
     r, token = run_py(sandbox, """
         import os, time
         if os.fork() == 0:
@@ -128,7 +128,7 @@ def test_large_file_write_is_cut(sandbox, tmp_path):
 
 def test_fork_bomb_is_contained(sandbox, tmp_path):
     if "processes" not in sandbox.guarantees:
-        pytest.skip(f"{sandbox.isolation} as root cannot enforce RLIMIT_NPROC (NOTES.md)")
+        pytest.skip(f"{sandbox.isolation} as root cannot enforce RLIMIT_NPROC (the kernel exempts root)")
     r, token = run_py(sandbox, """
         import os
         n = 0

@@ -29,8 +29,9 @@ from typing import Any
 
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
-from r2v_agents.samplers.vllm_sampler import _topk_entropy
 from r2v_agents.samplers import ChunkedSampler
+from r2v_agents.samplers.vllm_sampler import _topk_entropy
+from r2v_envs.errors import BackendUnavailableError
 
 
 def candidate_from_choice(text: str, logprobs: Mapping[str, Any] | None) -> Candidate:
@@ -78,7 +79,6 @@ class OpenAISampler(ChunkedSampler):
                 model=self.model, prompt=prompts, n=k, max_tokens=self.max_new_tokens, temperature=self.temperature,
                 top_p=self.top_p, logprobs=self.logprobs, stop=["\n"], **extra)
         except openai.OpenAIError as e:
-            from r2v_envs.errors import BackendUnavailableError
             raise BackendUnavailableError(f"completions endpoint for {self.model!r}",
                                           f"check that the server is up ({type(e).__name__}: {e})") from e
         result: list[list[Candidate]] = [[] for _ in prompts]

@@ -2,7 +2,8 @@
 
 Log-probs and entropies come from the model's raw logits, i.e. the policy's own distribution before
 temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut
-at its first EOS or newline token; padding after a finished sequence is masked out (NOTES.md, pitfall 5).
+at its first EOS or newline token; padding after a finished sequence is masked out (``generate`` still
+scores the pad positions).
 
 Example:
     >>> from r2v_agents.tiny import build_tiny_model, train_tokenizer

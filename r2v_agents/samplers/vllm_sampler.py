@@ -20,6 +20,7 @@ from typing import Any
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import parse_completion
 from r2v_agents.samplers import check_keys, stream_seed
+from r2v_envs.errors import BackendUnavailableError
 
 
 def _topk_entropy(logprobs: Sequence[float]) -> float:
@@ -45,7 +46,6 @@ class VLLMSampler:
             try:
                 from vllm import LLM, SamplingParams
             except ImportError as e:
-                from r2v_envs.errors import BackendUnavailableError
                 raise BackendUnavailableError("vllm", "pip install 'r2v[vllm]' on a machine with a GPU") from e
             llm = LLM(model=model, seed=seed, **llm_kwargs) if llm is None else llm
             params_cls = SamplingParams if params_cls is None else params_cls

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from r2v_agents.verifiers.base import Verifier
+from r2v_envs.errors import UnknownChoiceError
 
 # benchmark -> "module:class" (imported on use: the HumanEval verifier pulls in the sandbox)
 VERIFIERS = {
@@ -25,8 +26,6 @@ def verifier_for(benchmark: str) -> Verifier:
     """The verifier of a benchmark, named either by its key or by its env id (``R2V/ALFWorld-v0``)."""
     key = benchmark.split("/")[-1].split("-")[0].lower()
     if key not in VERIFIERS:
-        from r2v_envs.errors import UnknownChoiceError
-
         raise UnknownChoiceError("benchmark", benchmark, VERIFIERS)
     module, cls = VERIFIERS[key].split(":")
     return getattr(importlib.import_module(module), cls)()

@@ -36,8 +36,13 @@ from typing import ClassVar
 
 from r2v_agents.context import Context
 from r2v_agents.verifiers.base import Verifier, clamp
-from r2v_envs.perturbations.templates import (FLAKY_ERRORS, HTTP_FAILURES, INJECTION_MARKERS, STALE_MARKER,
-                                              TRUNCATION_MARKER)
+from r2v_envs.perturbations.templates import (
+    FLAKY_ERRORS,
+    HTTP_FAILURES,
+    INJECTION_MARKERS,
+    STALE_MARKER,
+    TRUNCATION_MARKER,
+)
 
 BLOCK_MARKER = "New Terminal Output:"
 COMPLETION_WINDOW = 3000  # characters searched for evidence before mark_task_complete (Appendix C)

@@ -30,9 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.core import SPLITS, TextEnv
-from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 from r2v_envs.alfworld import generate
+from r2v_envs.alfworld.engine import AlfredEngine, expert_action
+from r2v_envs.core import SPLITS, TextEnv, build_env
+from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 
 SOURCES = ("auto", "offline", "alfworld")
 SPLIT_MODES = ("official", "r2v")
@@ -136,8 +137,6 @@ class ALFWorldEnv(TextEnv):
         return generate.ensure_games([task_id], self.suite_seed, self.cache_dir, workers=1)[task_id]
 
     def _load(self, task_id: str) -> Any:
-        from r2v_envs.alfworld.engine import AlfredEngine
-
         engine = self._engines.pop(task_id, None)
         if engine is None:
             engine = AlfredEngine(str(self._gamefile(task_id)), expert=self.expert)
@@ -166,8 +165,6 @@ class ALFWorldEnv(TextEnv):
         return state.feedback, float(newly_won), self._won, self._info(state)
 
     def _info(self, state: Any, **extra: Any) -> dict[str, Any]:
-        from r2v_envs.alfworld.engine import expert_action
-
         info: dict[str, Any] = {"won": self._won, "lost": False, "score": float(self._won), **extra}
         if state is not None:
             info["admissible_actions"] = list(state["admissible_commands"])
@@ -182,7 +179,6 @@ class ALFWorldEnv(TextEnv):
 
 def make(**kwargs: Any):
     """Entry point of ``R2V/ALFWorld-v0`` (see :func:`r2v_envs.core.build_env`)."""
-    from r2v_envs.core import build_env
 
     return build_env(ALFWorldEnv, **kwargs)
 

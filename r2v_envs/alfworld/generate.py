@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from r2v_envs.alfworld.engine import play_expert
 from r2v_envs.core import cache_dir
 from r2v_envs.errors import BackendUnavailableError, GameGenerationError
 from r2v_envs.fileio import atomic_write
@@ -298,7 +299,6 @@ def write_game(spec: GameSpec, root: Path) -> Path:
 def _generate_one(seed: int, index: int, root: str, verify: bool) -> tuple[str, int, list[str]]:
     """Worker: build, write and (optionally) verify game ``index``; retries with a new layout if the
     handcoded expert cannot win it. Returns (task id, attempts, expert walkthrough)."""
-    from r2v_envs.alfworld.engine import play_expert
 
     spec = None
     for attempt in range(8):

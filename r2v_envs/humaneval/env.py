@@ -36,9 +36,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from r2v_envs.core import TextEnv
+from r2v_envs.core import TextEnv, build_env
 from r2v_envs.humaneval.actions import ACTION_TEMPLATES, SYNTAX_HELP, assemble_solution, parse_action
 from r2v_envs.humaneval.data import ensure_task_files, load_problems
+from r2v_envs.humaneval.judge import Judge, JudgeError
 from r2v_envs.sandbox import Sandbox, available_isolations
 
 DEFAULT_N_PUBLIC = 3
@@ -114,15 +115,11 @@ class HumanEvalEnv(TextEnv):
         return assemble_solution(self._problem["prompt"], self._problem["entry_point"], self._code or "")
 
     def _request(self, mode: str, **extra: Any) -> dict[str, Any]:
-        from r2v_envs.humaneval.judge import Judge
-
         if self._judge is None:
             self._judge = Judge(os.path.dirname(self._task_file), isolation=self.isolation)
         return self._judge.request(mode, self._task_file, self._solution(), **extra)
 
     def _run_public_tests(self) -> str:
-        from r2v_envs.humaneval.judge import JudgeError
-
         try:
             resp = self._request("smoke", n_public=self.n_public)
         except JudgeError as exc:
@@ -130,8 +127,6 @@ class HumanEvalEnv(TextEnv):
         return format_test_report(self._problem["entry_point"], resp["examples"])
 
     def _submit(self) -> tuple[str, float, bool, dict[str, Any]]:
-        from r2v_envs.humaneval.judge import JudgeError
-
         self._done = True
         try:
             verdict = self._request("full")
@@ -196,6 +191,5 @@ def format_verdict(verdict: dict[str, Any], won: bool) -> str:
 
 def make(**kwargs: Any):
     """Entry point of ``R2V/HumanEval-v0`` (see :func:`r2v_envs.core.build_env`)."""
-    from r2v_envs.core import build_env
 
     return build_env(HumanEvalEnv, **kwargs)

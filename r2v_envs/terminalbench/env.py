@@ -34,11 +34,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.core import TextEnv
+from r2v_envs.core import TextEnv, build_env
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.terminalbench.backends import Backend, CommandResult, make_backend
-from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TerminalTask, load_suite, parse_pytest_summary, \
-    tests_passed
+from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TerminalTask, load_suite, parse_pytest_summary, tests_passed
 
 PROMPT = "root@sandbox:{cwd}# "
 COMPLETE = "mark_task_complete"
@@ -170,7 +169,6 @@ class TerminalBenchEnv(TextEnv):
 
 def make(**kwargs: Any):
     """Entry point of ``R2V/TerminalBench-v0`` (see :func:`r2v_envs.core.build_env`)."""
-    from r2v_envs.core import build_env
 
     return build_env(TerminalBenchEnv, **kwargs)
 
