@@ -63,7 +63,6 @@ from r2v_train import calibration
 from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
 
 if TYPE_CHECKING:
-    import torch
 
     from r2v_agents.router_mlp import RouterMLP
 
@@ -275,16 +274,31 @@ def evaluate_router(model: RouterMLP, data: RouterData, threshold: float, cfg: R
     return out
 
 
+@dataclass
+class _Training:
+    """What evolves while a router trains (and what an epoch checkpoint holds)."""
+
+    model: Any
+    opt: Any
+    dual_opt: Any
+    sched: Any
+    eta: Any  # the Rockafellar-Uryasev VaR variable of Eq. 10
+    log_lam: Any  # log of the CVaR constraint's dual variable (Eq. 11)
+    rng: np.random.Generator
+    history: list[dict[str, Any]]
+    eta_ready: bool = False
+    start_epoch: int = 0
+
+
 def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | None = None,
                  run_dir: str | os.PathLike | None = None, feature_names: Sequence[str] | None = None
                  ) -> RouterTrainResult:
-    """Train, temperature-scale and threshold a router; with ``run_dir``, resumable per epoch and atomic.
+    """Train a router (Eq. 8-11), recalibrate it on validation (Platt by default, or temperature scaling) and
+    pick its threshold; with ``run_dir``, resumable per epoch and atomic.
 
     A finished run in ``run_dir`` with the same config and data is loaded instead of retrained.
     """
-    import torch
-
-    from r2v_agents.router_mlp import FastDropout, RouterMLP, load_router, save_router
+    from r2v_agents.router_mlp import load_router, save_router
 
     cfg = cfg or RouterTrainConfig()
     d = train.features.shape[1]
@@ -305,112 +319,33 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
         model, spec, threshold, _ = load_router(paths["router"], expected_features=names)
         return RouterTrainResult(model, spec, threshold, metrics)
 
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
     mean, std = _standardisation(train.features)
-    model = RouterMLP(d, cfg.hidden, cfg.dropout)
-    model.set_standardisation(mean, std)
-    eta = torch.zeros((), requires_grad=True)  # Rockafellar-Uryasev VaR variable
-    log_lam = torch.tensor(math.log(cfg.lambda_init), requires_grad=True)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay, fused=True)
-    opt.add_param_group({"params": [eta], "lr": cfg.eta_lr, "weight_decay": 0.0})
-    dual_opt = torch.optim.Adam([log_lam], lr=cfg.dual_lr, fused=True)
-    steps_per_epoch = max(1, math.ceil(len(train) / cfg.batch_size))
-    total = cfg.epochs * steps_per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / total, 1.0))))
-    x_all, y_all = torch.from_numpy(train.features), torch.from_numpy(train.y.astype(np.float32))
-    rollout, n_rollouts = train.rollout_index()
-    log_lam_bounds = (math.log(1e-4), math.log(cfg.lambda_max))
-    start_epoch, history, eta_ready = 0, [], False
-
+    t = _start_training(train, cfg, d, mean, std)
     if paths and os.path.exists(paths["state"]):
-        state = torch.load(paths["state"], map_location="cpu", weights_only=False)
-        _check_identity(state["identity"], identity, paths["state"])
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        dual_opt.load_state_dict(state["dual_opt"])
-        sched.load_state_dict(state["sched"])
-        with torch.no_grad():
-            eta.fill_(state["eta"])
-            log_lam.fill_(state["log_lam"])
-        rng.bit_generator.state = state["rng"]
-        torch.set_rng_state(state["torch_rng"])
-        start_epoch, history, eta_ready = state["epoch"] + 1, state["history"], True
+        _restore(t, paths["state"], identity)
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(range(start_epoch, cfg.epochs), desc=f"router[{cfg.mode}]", disable=not cfg.progress,
-               initial=start_epoch, total=cfg.epochs)
-    dropouts = [m for m in model.modules() if isinstance(m, FastDropout)]
+    bar = tqdm(range(t.start_epoch, cfg.epochs), desc=f"router[{cfg.mode}]", disable=not cfg.progress,
+               initial=t.start_epoch, total=cfg.epochs)
+    data = _TrainArrays.of(train)
     for epoch in bar:
-        model.train()
-        for m in dropouts:  # mask streams restart from torch's generator, whose state the checkpoint keeps
-            m.reseed()
-        rows, segment, bounds = _pack_batches(rollout, n_rollouts, cfg.batch_size, rng)
-        rows_t, segment_t = torch.from_numpy(rows), torch.from_numpy(segment)
-        sums = {"loss": 0.0, "brier": 0.0, "risk_mean": 0.0, "cvar": 0.0}
-        for b0, b1 in bounds:
-            idx = rows_t[b0:b1]
-            x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)  # 3x faster than x_all[idx]
-            p = torch.sigmoid(model(x))  # temperature is frozen at 1 while training
-            brier_term = brier(p, y)
-            if cfg.mode == "brier":
-                loss, risk_mean, cvar_value = cfg.brier_weight * brier_term, float("nan"), float("nan")
-            else:
-                group = segment_t[b0:b1] - segment_t[b0]
-                risk = seed_risk(routing_surrogate(p, y, cfg.c_slm, cfg.c_llm, cfg.kappa), group,
-                                 int(group[-1]) + 1)
-                loss = risk.mean() + cfg.brier_weight * brier_term
-                risk_mean, cvar_value = float(risk.detach().mean()), float("nan")
-                if cfg.mode == "cvar":
-                    if not eta_ready:  # start eta at this batch's VaR_alpha rather than at 0
-                        with torch.no_grad():
-                            eta.fill_(float(torch.quantile(risk.detach(), 1 - cfg.alpha)))
-                        eta_ready = True
-                    ru = cvar(risk, cfg.alpha, eta)
-                    loss = loss + log_lam.detach().exp() * (ru - cfg.epsilon)
-                    cvar_value = float(ru.detach())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            if cfg.mode == "cvar":  # dual ascent on log lambda; the gradient of -lam (CVaR - eps) is written directly
-                log_lam.grad = -(log_lam.detach().exp() * (cvar_value - cfg.epsilon))
-                dual_opt.step()
-                with torch.no_grad():
-                    log_lam.clamp_(*log_lam_bounds)
-            values = {"loss": float(loss.detach()), "brier": float(brier_term.detach()), "risk_mean": risk_mean,
-                      "cvar": cvar_value}
-            for k, v in values.items():
-                sums[k] += v * (b1 - b0)
-        row = {k: v / len(train) for k, v in sums.items()}
-        row.update(epoch=epoch, lam=float(log_lam.detach().exp()) if cfg.mode == "cvar" else None,
-                   eta=float(eta.detach()) if cfg.mode == "cvar" else None)
-        model.eval()
-        p_val = model.predict_proba(valid.features)
+        row = _train_epoch(t, data, cfg, epoch)
+        t.model.eval()
+        p_val = t.model.predict_proba(valid.features)
         row.update(valid_brier=calibration.brier_score(p_val, valid.y),
                    valid_ece=calibration.expected_calibration_error(p_val, valid.y))
-        history.append(_finite(row))
+        t.history.append(_finite(row))
         bar.set_postfix(loss=f"{row['loss']:.4f}", vbrier=f"{row['valid_brier']:.4f}",
                         lam=f"{row['lam']:.2f}" if row["lam"] is not None else "-")
         if paths:
-            state = {"identity": identity, "epoch": epoch, "history": history, "model": model.state_dict(),
-                     "opt": opt.state_dict(), "dual_opt": dual_opt.state_dict(), "sched": sched.state_dict(),
-                     "eta": float(eta.detach()), "log_lam": float(log_lam.detach()), "rng": rng.bit_generator.state,
-                     "torch_rng": torch.get_rng_state()}
-            atomic_write(paths["state"], lambda f, s=state: torch.save(s, f))
+            _checkpoint(t, paths["state"], identity, epoch)
 
+    model = t.model
     model.eval()
-    if cfg.recalibration != "none":
-        with torch.no_grad():
-            raw = model.untempered_logits(torch.from_numpy(valid.features)).numpy()
-        if cfg.recalibration == "platt":
-            model.set_temperature(*calibration.fit_platt(raw, valid.y))
-        else:
-            model.set_temperature(calibration.fit_temperature(raw, valid.y))
+    _recalibrate(model, valid, cfg)
     p_val = model.predict_proba(valid.features)
-    final_lam = float(log_lam.detach().exp()) if cfg.mode == "cvar" else 0.0
+    final_lam = float(t.log_lam.detach().exp()) if cfg.mode == "cvar" else 0.0
     threshold = calibration.select_threshold(
         p_val, valid.y, cfg.c_slm, cfg.c_llm, cfg.kappa, rule=cfg.threshold_rule, max_escalation=cfg.max_escalation,
         rollout=valid.rollout_index()[0], alpha=cfg.alpha, lam=final_lam, epsilon=cfg.epsilon)
@@ -418,13 +353,148 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     metrics = {"identity": identity, "threshold": threshold, "temperature": model.temperature,
                "logit_bias": float(model.logit_bias), "lambda": final_lam,
                "tau_star": calibration.bayes_threshold(cfg.c_slm, cfg.c_llm, cfg.kappa),
-               "valid": evaluate_router(model, valid, threshold, cfg), "history": history}
+               "valid": evaluate_router(model, valid, threshold, cfg), "history": t.history}
     if paths:
         save_router(paths["router"], model, spec, threshold, meta={"config": cfg.identity(), "mode": cfg.mode,
                                                                   "temperature": model.temperature})
-        text = json.dumps(metrics, indent=1).encode()
-        atomic_write(paths["metrics"], lambda f: f.write(text))
+        atomic_write(paths["metrics"], json.dumps(metrics, indent=1))
     return RouterTrainResult(model, spec, threshold, metrics)
+
+
+def _start_training(train: RouterData, cfg: RouterTrainConfig, d: int, mean: np.ndarray, std: np.ndarray
+                    ) -> _Training:
+    """A fresh model (standardised on the training features), its optimisers and the dual variables."""
+    import torch
+
+    from r2v_agents.router_mlp import RouterMLP
+
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model = RouterMLP(d, cfg.hidden, cfg.dropout)
+    model.set_standardisation(mean, std)
+    eta = torch.zeros((), requires_grad=True)
+    log_lam = torch.tensor(math.log(cfg.lambda_init), requires_grad=True)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay, fused=True)
+    opt.add_param_group({"params": [eta], "lr": cfg.eta_lr, "weight_decay": 0.0})
+    dual_opt = torch.optim.Adam([log_lam], lr=cfg.dual_lr, fused=True)
+    total = cfg.epochs * max(1, math.ceil(len(train) / cfg.batch_size))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / total, 1.0))))
+    return _Training(model, opt, dual_opt, sched, eta, log_lam, rng, [])
+
+
+@dataclass(frozen=True)
+class _TrainArrays:
+    """The training rows as tensors, and each row's rollout (the unit Eq. 10 averages over)."""
+
+    x: Any
+    y: Any
+    rollout: np.ndarray
+    n_rollouts: int
+
+    @classmethod
+    def of(cls, train: RouterData) -> _TrainArrays:
+        import torch
+
+        rollout, n = train.rollout_index()
+        return cls(torch.from_numpy(train.features), torch.from_numpy(train.y.astype(np.float32)), rollout, n)
+
+
+def _train_epoch(t: _Training, data: _TrainArrays, cfg: RouterTrainConfig, epoch: int) -> dict[str, Any]:
+    """One pass over the training rollouts: Brier + the routing surrogate (Eq. 8-9), the CVaR term (Eq. 10) with
+    dual ascent on log lambda (Eq. 11) in ``cvar`` mode. Returns the epoch's row-weighted means."""
+    import torch
+
+    from r2v_agents.router_mlp import FastDropout
+
+    model, eta, log_lam = t.model, t.eta, t.log_lam
+    x_all, y_all = data.x, data.y
+    log_lam_bounds = (math.log(1e-4), math.log(cfg.lambda_max))
+    model.train()
+    for m in (m for m in model.modules() if isinstance(m, FastDropout)):
+        m.reseed()  # mask streams restart from torch's generator, whose state the checkpoint keeps
+    rows, segment, bounds = _pack_batches(data.rollout, data.n_rollouts, cfg.batch_size, t.rng)
+    rows_t, segment_t = torch.from_numpy(rows), torch.from_numpy(segment)
+    sums = {"loss": 0.0, "brier": 0.0, "risk_mean": 0.0, "cvar": 0.0}
+    for b0, b1 in bounds:
+        idx = rows_t[b0:b1]
+        x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)  # 3x faster than x_all[idx]
+        p = torch.sigmoid(model(x))  # temperature is frozen at 1 while training
+        brier_term = brier(p, y)
+        if cfg.mode == "brier":
+            loss, risk_mean, cvar_value = cfg.brier_weight * brier_term, float("nan"), float("nan")
+        else:
+            group = segment_t[b0:b1] - segment_t[b0]
+            risk = seed_risk(routing_surrogate(p, y, cfg.c_slm, cfg.c_llm, cfg.kappa), group, int(group[-1]) + 1)
+            loss = risk.mean() + cfg.brier_weight * brier_term
+            risk_mean, cvar_value = float(risk.detach().mean()), float("nan")
+            if cfg.mode == "cvar":
+                if not t.eta_ready:  # start eta at this batch's VaR_alpha rather than at 0
+                    with torch.no_grad():
+                        eta.fill_(float(torch.quantile(risk.detach(), 1 - cfg.alpha)))
+                    t.eta_ready = True
+                ru = cvar(risk, cfg.alpha, eta)
+                loss = loss + log_lam.detach().exp() * (ru - cfg.epsilon)
+                cvar_value = float(ru.detach())
+        t.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t.opt.step()
+        t.sched.step()
+        if cfg.mode == "cvar":  # dual ascent on log lambda; the gradient of -lam (CVaR - eps) is written directly
+            log_lam.grad = -(log_lam.detach().exp() * (cvar_value - cfg.epsilon))
+            t.dual_opt.step()
+            with torch.no_grad():
+                log_lam.clamp_(*log_lam_bounds)
+        values = {"loss": float(loss.detach()), "brier": float(brier_term.detach()), "risk_mean": risk_mean,
+                  "cvar": cvar_value}
+        for k, v in values.items():
+            sums[k] += v * (b1 - b0)
+    row = {k: v / len(data.rollout) for k, v in sums.items()}
+    row.update(epoch=epoch, lam=float(log_lam.detach().exp()) if cfg.mode == "cvar" else None,
+               eta=float(eta.detach()) if cfg.mode == "cvar" else None)
+    return row
+
+
+def _checkpoint(t: _Training, path: str, identity: Mapping[str, Any], epoch: int) -> None:
+    import torch
+
+    state = {"identity": identity, "epoch": epoch, "history": t.history, "model": t.model.state_dict(),
+             "opt": t.opt.state_dict(), "dual_opt": t.dual_opt.state_dict(), "sched": t.sched.state_dict(),
+             "eta": float(t.eta.detach()), "log_lam": float(t.log_lam.detach()), "rng": t.rng.bit_generator.state,
+             "torch_rng": torch.get_rng_state()}
+    atomic_write(path, lambda f: torch.save(state, f))
+
+
+def _restore(t: _Training, path: str, identity: Mapping[str, Any]) -> None:
+    """Continue from the last finished epoch of an interrupted run (same config and data only)."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    _check_identity(state["identity"], identity, path)
+    t.model.load_state_dict(state["model"])
+    t.opt.load_state_dict(state["opt"])
+    t.dual_opt.load_state_dict(state["dual_opt"])
+    t.sched.load_state_dict(state["sched"])
+    with torch.no_grad():
+        t.eta.fill_(state["eta"])
+        t.log_lam.fill_(state["log_lam"])
+    t.rng.bit_generator.state = state["rng"]
+    torch.set_rng_state(state["torch_rng"])
+    t.start_epoch, t.history, t.eta_ready = state["epoch"] + 1, state["history"], True
+
+
+def _recalibrate(model: Any, valid: RouterData, cfg: RouterTrainConfig) -> None:
+    """Fit the output calibration on the validation rows: Platt (scale and bias) or one temperature."""
+    import torch
+
+    if cfg.recalibration == "none":
+        return
+    with torch.no_grad():
+        raw = model.untempered_logits(torch.from_numpy(valid.features)).numpy()
+    if cfg.recalibration == "platt":
+        model.set_temperature(*calibration.fit_platt(raw, valid.y))
+    else:
+        model.set_temperature(calibration.fit_temperature(raw, valid.y))
 
 
 @dataclass
