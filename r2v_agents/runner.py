@@ -43,7 +43,7 @@ from typing import Any
 
 from r2v_agents.context import Context
 from r2v_agents.policy import Decision, as_policy, visible_info
-from r2v_agents.shards import ShardWriter, write_json_atomic
+from r2v_agents.shards import ShardWriter, token_columns, write_json_atomic
 from r2v_agents.workers import EnvSlots, HostLost, LocalHost, ProcessHost, WorkerPool, wait_ready
 
 TEACHER_SOURCES = ("teacher", "oracle")
@@ -362,7 +362,8 @@ def _observe(ep: _Episode, obs, reward, term, trunc, info, error, max_steps, ben
         "features": None if d.features is None else [float(x) for x in d.features],
         "router_prob": None if d.router_prob is None else float(d.router_prob), "cost": float(d.cost),
         "reward": reward, "terminated": term, "truncated": trunc,
-        "expert_action": prev_info.get("expert_action"), "meta": json.dumps(d.meta, sort_keys=True, default=str)})
+        "expert_action": prev_info.get("expert_action"), "meta": json.dumps(d.meta, sort_keys=True, default=str),
+        **token_columns(getattr(d, "tokens", None))})
     if error is not None:
         return True
     ep.ctx, ep.info = ctx.advance(d.action, obs, reward, info), info
