@@ -16,7 +16,7 @@ supports tool calls: ``reset()`` returns the goal and first observation, the one
 env, and ``get_reward()`` returns the episode's return.
 
 Example:
-    >>> episode_dataset(3, seed=10)["prompt"]
+    >>> list(episode_dataset(3, seed=10)["prompt"])
     ['10', '11', '12']
 """
 
