@@ -40,7 +40,7 @@ from r2v_agents.teachers import OracleTeacher
 
 CASES = {
     "R2V/TextWorld-v0": {"suite": "small", "task_id": "tw-cooking-medium-001"},
-    "R2V/ALFWorld-v0": {"source": "offline", "n_games": 6, "task_id": "0000-pick_and_place"},
+    "R2V/ALFWorld-v0": {"source": "offline", "n_games": 6, "task_id": "0000-pick_and_place_simple"},
 }
 VARIANTS = ("single", "vec-sync", "vec-async", "runner-2w")
 
