@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision, visible_info
+from r2v_agents.shards import token_columns
 from r2v_envs.errors import UnknownChoiceError
 
 TEACHER_SOURCES = ("teacher", "oracle")
@@ -252,7 +253,8 @@ def observe(ep: Episode, result: tuple, run: RunContext) -> bool:
         "features": None if d.features is None else [float(x) for x in d.features],
         "router_prob": None if d.router_prob is None else float(d.router_prob), "cost": float(d.cost),
         "reward": reward, "terminated": term, "truncated": trunc,
-        "expert_action": prev_info.get("expert_action"), "meta": json.dumps(d.meta, sort_keys=True, default=str)})
+        "expert_action": prev_info.get("expert_action"), "meta": json.dumps(d.meta, sort_keys=True, default=str),
+        **token_columns(getattr(d, "tokens", None))})
     if error is not None:
         return True
     ep.ctx, ep.info = ctx.advance(d.action, obs, reward, info), info

@@ -38,12 +38,26 @@ class Candidate:
     token_entropies: tuple[float, ...] | None = None
     verifier_score: float | None = None
     token_ids: tuple[int, ...] | None = None  # the sampled ids (not logged; for re-scoring)
+    prompt_token_ids: tuple[int, ...] | None = None  # the ids the model was conditioned on (after truncation)
 
     @property
     def mean_logprob(self) -> float | None:
         if self.token_logprobs:
             return sum(self.token_logprobs) / len(self.token_logprobs)
         return self.logprob
+
+
+@dataclass(frozen=True)
+class TokenTrace:
+    """What an SLM generated for the action it took, as PPO/GRPO-style trainers consume it.
+
+    ``completion_logprobs[i]`` is log p(completion_ids[i] | prompt_ids, completion_ids[:i]) under the model's
+    raw logits (temperature 1, no top-p): the behaviour policy's log-probs when sampling at temperature 1.
+    """
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    completion_logprobs: tuple[float, ...]
 
 
 @dataclass
@@ -62,6 +76,7 @@ class Decision:
     router_prob: float | None = None
     cost: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    tokens: TokenTrace | None = None  # opt-in (SLMPolicy(record_tokens=True)); None for teachers
 
 
 @runtime_checkable

@@ -51,13 +51,31 @@ def schemas() -> dict[str, Any]:
             ("admissible_actions", pa.list_(s)), ("perturbations", s), ("action", s), ("source", s),
             ("candidates", pa.list_(candidate)), ("verifier_score", f64), ("features", pa.list_(f64)),
             ("router_prob", f64), ("cost", f64), ("reward", f64), ("terminated", pa.bool_()),
-            ("truncated", pa.bool_()), ("expert_action", s), ("meta", s)]),
+            ("truncated", pa.bool_()), ("expert_action", s), ("meta", s),
+            # RL-ready columns, null unless the acting SLM recorded them (SLMPolicy(record_tokens=True))
+            ("prompt_ids", pa.list_(i64)), ("completion_ids", pa.list_(i64)),
+            ("completion_logprobs", pa.list_(f64))]),
         "episodes": pa.schema(key + [
             ("policy", s), ("success", pa.bool_()), ("steps", i64), ("return", f64), ("teacher_calls", i64),
             ("cost", f64), ("terminated", pa.bool_()), ("truncated", pa.bool_()), ("error", s)]),
         "router": pa.schema(key + [("t", i64), ("features", pa.list_(f64)), ("y", i64), ("source", s),
                                    ("router_prob", f64)]),
     }
+
+
+def token_columns(tokens: Any) -> dict[str, list | None]:
+    """The RL-ready step columns of a decision's :class:`~r2v_agents.policy.TokenTrace` (all None without one).
+
+    Example:
+        >>> from r2v_agents.policy import TokenTrace
+        >>> token_columns(TokenTrace((5, 6), (7,), (-0.25,)))
+        {'prompt_ids': [5, 6], 'completion_ids': [7], 'completion_logprobs': [-0.25]}
+    """
+    if tokens is None:
+        return {"prompt_ids": None, "completion_ids": None, "completion_logprobs": None}
+    return {"prompt_ids": [int(t) for t in tokens.prompt_ids],
+            "completion_ids": [int(t) for t in tokens.completion_ids],
+            "completion_logprobs": [float(x) for x in tokens.completion_logprobs]}
 
 
 class ShardWriter:
@@ -132,7 +150,8 @@ def load_table(out_dir: str | os.PathLike, kind: str, columns: list[str] | None 
     if columns is not None:
         schema = pa.schema([schema.field(c) for c in columns])
     tables = [pq.read_table(p, columns=columns) for p in files]
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    # shards written before a column was added read it as null
+    return pa.concat_tables(tables, promote_options="default") if tables else schema.empty_table()
 
 
 def load_rows(out_dir: str | os.PathLike, kind: str, columns: list[str] | None = None) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from r2v_agents.context import Context
 from r2v_agents.features import compute_features
-from r2v_agents.policy import BatchPolicy, Candidate, Decision
+from r2v_agents.policy import BatchPolicy, Candidate, Decision, TokenTrace
 from r2v_agents.prompts import DEFAULT_PROMPT, PromptConfig, build_prompt
 from r2v_agents.samplers import Sampler
 from r2v_agents.teachers import fallback_action
@@ -105,18 +105,23 @@ class SLMPolicy(BatchPolicy):
     ``admissible="snap"`` replaces each sampled action by the closest visible admissible action
     (:func:`snap_to_admissible`) before verification; the candidate keeps the log-probs and entropies of the
     text the model generated, so the risk features f_t still describe the model's own uncertainty.
+
+    ``record_tokens=True`` (off by default) attaches a :class:`~r2v_agents.policy.TokenTrace` to each decision the
+    SLM acts on: the prompt and completion token ids of the chosen candidate and their log-probs, which the runner
+    writes to the step shards for PPO/GRPO-style trainers. The ids are what the model generated, before any
+    ``snap``; the sampler must report ids (the transformers sampler does).
     """
 
     name = "slm"
 
     def __init__(self, sampler: Sampler, verifier: Verifier | None = None, k: int = 5,
                  prompt_config: PromptConfig = DEFAULT_PROMPT, feature_variant: str = "full",
-                 admissible: str = "free"):
+                 admissible: str = "free", record_tokens: bool = False):
         if k < 1:
             raise ValueError("k must be >= 1")
         if admissible not in ADMISSIBLE_MODES:
             raise UnknownChoiceError("admissible mode", admissible, ADMISSIBLE_MODES)
-        self.admissible = admissible
+        self.admissible, self.record_tokens = admissible, record_tokens
         self.sampler, self.verifier, self.k = sampler, verifier, k
         self.prompt_config, self.feature_variant = prompt_config, feature_variant
 
@@ -141,6 +146,12 @@ class SLMPolicy(BatchPolicy):
                     c.verifier_score = clamp(s)
         return batches
 
+    def _trace(self, cand: Candidate) -> TokenTrace:
+        if cand.prompt_token_ids is None or cand.token_ids is None or cand.token_logprobs is None:
+            raise ValueError(f"record_tokens needs token ids and log-probs; {type(self.sampler).__name__} "
+                             "does not report them (use the transformers sampler)")
+        return TokenTrace(tuple(cand.prompt_token_ids), tuple(cand.token_ids), tuple(cand.token_logprobs))
+
     def act_batch(self, contexts, infos):
         out = []
         for ctx, cands in zip(contexts, self.propose(contexts)):
@@ -151,5 +162,6 @@ class SLMPolicy(BatchPolicy):
                                     features=feats, meta={"fallback": True}))
             else:
                 out.append(Decision(action=best.action, source="slm", candidates=list(cands),
-                                    verifier_score=best.verifier_score, features=feats))
+                                    verifier_score=best.verifier_score, features=feats,
+                                    tokens=self._trace(best) if self.record_tokens else None))
         return out

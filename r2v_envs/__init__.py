@@ -21,6 +21,9 @@ ENV_IDS: dict[str, tuple[str, int]] = {
     "R2V/Scripted-v0": ("r2v_envs.testing:make", 20),
 }
 
+# Teach Gymnasium's AsyncVectorEnv to move our text observations through shared memory (r2v_envs/vector.py).
+from r2v_envs import vector as _vector  # noqa: E402,F401
+
 for _id, (_entry_point, _max_steps) in ENV_IDS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_entry_point, max_episode_steps=_max_steps)

@@ -6,6 +6,9 @@ benchmarks: the seed story, task-level splits, task selection and the shared ``i
 
 Seed story:
     * ``seed=z`` at construction is the *perturbation seed*; it also seeds task sampling on the first reset.
+    * Without ``seed=`` at construction, ``reset(seed=s)`` sets z = s (z at construction always wins), so the
+      same reset seeds give the same perturbed observations in any process or vector mode; an env that is
+      never reset with a seed draws a random z.
     * ``reset(seed=s)`` re-seeds task sampling and restarts the episode counter at 0 (as a fresh env would);
       ``options={"episode_index": k}`` sets the counter explicitly.
     * Perturbation wrappers draw from ``(z, episode_index, step)`` alone, never from call order or timing.
@@ -131,6 +134,9 @@ class TextEnv(gym.Env[str, str]):
 
     def __init__(self, seed: int | None = None, split: str = "train", task_id: str | None = None,
                  task_index: int | None = None, render_mode: str | None = None):
+        # Gymnasium's convention is that reset(seed=s) makes an episode reproducible: with no z at construction,
+        # a seeded reset derives z (the vector API only ever seeds through reset).
+        self.z_from_reset = seed is None
         self.perturbation_seed = int(seed) if seed is not None else secrets.randbits(31)
         self.split = check_split(split)
         self._fixed_task_id = task_id
@@ -199,6 +205,8 @@ class TextEnv(gym.Env[str, str]):
         if seed is None and self._np_random is None:
             seed = self.perturbation_seed  # z also fixes the first task draw: gym.make(id, seed=z) is reproducible
         super().reset(seed=seed)
+        if seed is not None and self.z_from_reset:
+            self.perturbation_seed = int(seed)
         options = dict(options or {})
         # Episodes are counted from the last seeded reset, so reset(seed=s) replays the same noise stream.
         default_index = 0 if seed is not None else self._episode_index + 1
@@ -248,4 +256,5 @@ def build_env(env_cls: Callable[..., TextEnv], *, perturbations: Any = DEFAULT, 
     """
     env = env_cls(**kwargs)
     spec = env.default_perturbations if perturbations == DEFAULT else perturbations
-    return apply_perturbations(env, spec, seed=env.perturbation_seed)
+    # Without z at make the wrappers follow the env's z, which the next seeded reset sets.
+    return apply_perturbations(env, spec, seed=None if env.z_from_reset else env.perturbation_seed)

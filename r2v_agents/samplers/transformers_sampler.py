@@ -84,7 +84,9 @@ class TransformersSampler(ChunkedSampler):
         ent = -(logp.exp() * logp).nan_to_num().sum(-1)
         stop, eos = self._stop_ids(), self.tokenizer.eos_token_id
         result: list[list[Candidate]] = []
+        ids_cpu, mask_cpu = ids.cpu(), mask.cpu().bool()
         for p in range(len(prompts)):
+            prompt_ids = tuple(ids_cpu[p][mask_cpu[p]].tolist())  # left padding removed
             cands = []
             for row in range(p * k, (p + 1) * k):
                 toks = new[row].tolist()
@@ -93,7 +95,7 @@ class TransformersSampler(ChunkedSampler):
                 lps = tuple(float(x) for x in tok_lp[row, :end])
                 cands.append(Candidate(action=parse_completion(text), logprob=sum(lps), token_logprobs=lps,
                                        token_entropies=tuple(float(x) for x in ent[row, :end]),
-                                       token_ids=tuple(toks[:end])))
+                                       token_ids=tuple(toks[:end]), prompt_token_ids=prompt_ids))
             result.append(cands)
         return result
 

@@ -48,13 +48,20 @@ class TextPerturbation(gym.Wrapper[str, str, str, str]):
 
     def __init__(self, env: gym.Env, seed: int | None, channels: Iterable[str] | None):
         super().__init__(env)
-        self.seed = resolve_seed(env, seed)
+        resolve_seed(env, seed)  # fail at construction, not at the first step, when there is no z at all
+        self._seed = None if seed is None else int(seed)
         self.channels = tuple(channels) if channels is not None else self.default_channels
         for ch in self.channels:
             if ch not in CHANNELS:
                 raise UnknownChoiceError("channel", ch, CHANNELS)
         self._salt = zlib.crc32(self.kind.encode())
         self.profile = getattr(env.unwrapped, "perturbation_profile", "game")
+
+    @property
+    def seed(self) -> int:
+        """The perturbation seed z: the one given to this wrapper, else the env's current z (a seeded reset
+        sets it when none was given at make)."""
+        return self._seed if self._seed is not None else int(self.env.unwrapped.perturbation_seed)
 
     def rng(self, info: dict[str, Any], stream: int = 0) -> np.random.Generator:
         return np.random.default_rng(
