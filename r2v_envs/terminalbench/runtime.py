@@ -48,6 +48,10 @@ _MAX_REPORT_BYTES = 20 << 20
 _WRAPPER = """#!/bin/sh
 # r2v offline test runtime: {name} (see r2v_envs/terminalbench/shim.py)
 RT=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+# Start the interpreter in the read-only runtime, not the agent's folder: a relative sys.path entry (an
+# editable install's path hook) would otherwise import a sitecustomize.py the agent planted there.
+R2V_CWD=$PWD; export R2V_CWD
+cd "$RT" || exit 1
 exec "${{R2V_TEST_PYTHON:-python3}}" -I "$RT/lib/r2v_shim.py" {name} "$@"
 """
 

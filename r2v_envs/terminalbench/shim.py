@@ -122,12 +122,16 @@ def run_pytest(args: list[str], append_cwd: bool) -> int:
     for var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME"):
         os.environ.pop(var, None)
     code = ("import os, sys\n"
+            # started in the runtime (see main); relative entries would resolve in the agent's folder
+            "sys.path[:] = [p for p in sys.path if os.path.isabs(p)]\n"
+            f"os.chdir({os.getcwd()!r})\n"
             f"sys.path.insert(0, {SITE!r})\n"
             # `python -m pytest` puts the working directory on sys.path; keep that for tests that import the
             # solution by name, but after the runtime and the interpreter's own paths so nothing it holds can
             # stand in for pytest, its plugins or the standard library.
             + (f"sys.path.append(os.getcwd())\n" if append_cwd else "")
             + "import pytest\nsys.argv[0] = 'pytest'\nsys.exit(pytest.main(sys.argv[1:]))\n")
+    os.chdir(RT)
     os.execv(real_python(), [real_python(), "-I", "-c", code, *final])
 
 
@@ -280,6 +284,10 @@ def apt(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    # The wrapper started this interpreter in the runtime folder; drop relative sys.path entries (they would
+    # resolve in the agent's folder) and go back to the script's working directory.
+    sys.path[:] = [p for p in sys.path if os.path.isabs(p)]
+    os.chdir(os.environ.pop("R2V_CWD", None) or os.getcwd())
     name, args = os.path.basename(argv[1]), argv[2:]
     if name in ("pytest", "py.test"):
         return run_pytest(args, append_cwd=False)
