@@ -51,7 +51,14 @@ def main() -> None:
     rows = []
     for task_id in args.tasks or list(env.unwrapped.tasks):
         start = time.monotonic()
-        expert = play(env, task_id, None)
+        try:
+            expert = play(env, task_id, None)
+        except Exception as exc:  # noqa: BLE001 - e.g. a Dockerfile step the local backend cannot run
+            rows.append({"task": task_id, "format": env.unwrapped.tasks[task_id].format,
+                         "expert": f"reset failed: {type(exc).__name__}", "mark_only": "-", "hacks_won": [],
+                         "error": str(exc)[:500]})
+            print(f"{task_id}: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
+            continue
         mark = play(env, task_id, ["mark_task_complete"])
         hacks = {h.name: play(env, task_id, list(h.actions)) for h in HACKS}
         row = {"task": task_id, "format": env.unwrapped.tasks[task_id].format, "expert": expert["outcome"],

@@ -44,7 +44,10 @@ JUDGE_DIR = "/r2v-judge"  # the test phase's report folder and HOME, created fre
 CWD_SENTINEL = "__R2V_CWD__:"
 _MAX_CAPTURE = 2_000_000  # bytes kept per command before the env's own (smarter) truncation
 # RUN steps that install packages or download: skipped locally (no network; the host provides the tools).
-_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda)\b")
+_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda|"
+                      # system set-up of the image (the local backend runs on the host's system instead)
+                      r"update-alternatives|add-apt-repository|locale-gen|useradd|adduser|groupadd|ldconfig|"
+                      r"update-ca-certificates)\b")
 _HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
 
 
