@@ -37,7 +37,7 @@ from typing import Any
 from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
 from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit
-from r2v_envs.terminalbench.tasks import TaskFormatError, TerminalTask, parse_pytest_summary
+from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TaskFormatError, TerminalTask, parse_pytest_summary
 
 BACKENDS = ("auto", "local", "docker")
 JUDGE_DIR = "/r2v-judge"  # the test phase's report folder and HOME, created fresh for it
@@ -159,7 +159,8 @@ class LocalBackend(Backend):
         (self.scratch / "app").mkdir()
         (self.scratch / "tests").mkdir()
         (self.scratch / ".r2v").mkdir()
-        self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(self.scratch / "tests"), "/tests")]
+        (self.scratch / "solution").mkdir()
+        self.sandbox.binds = self._episode_binds()
         self.sandbox.ro_binds = []
         # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
         # plugin autoloading costs ~1.5 s per pytest run here).
@@ -167,6 +168,12 @@ class LocalBackend(Backend):
                      "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         for step in task.dockerfile:
             self._apply(step, task)
+
+    def _episode_binds(self) -> list[tuple[str, str]]:
+        binds = [(str(self.scratch / "app"), self.task.workdir), (str(self.scratch / "tests"), "/tests")]
+        if self.task.format == "harbor":  # where Harbor's oracle puts solution/ (an empty folder until then)
+            binds.append((str(self.scratch / "solution"), HARBOR_SOLUTION_DIR))
+        return binds
 
     def _host_path(self, container_path: str, cwd: str) -> Path:
         path = os.path.normpath(os.path.join(cwd, container_path))
@@ -209,7 +216,7 @@ class LocalBackend(Backend):
     def _ensure_layout(self) -> None:
         # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
         # mount points and the session folder so the next command still runs.
-        for sub in ("app", "tests", ".r2v"):
+        for sub in ("app", "tests", ".r2v", "solution"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
@@ -268,8 +275,7 @@ class LocalBackend(Backend):
         try:
             out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, env)
         finally:
-            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir),
-                                  (str(self.scratch / "tests"), "/tests")]
+            self.sandbox.binds = self._episode_binds()
             self.sandbox.ro_binds = []
         results = {} if timed_out else read_junit(judge / "out")
         return TestRun(out, code, timed_out, wall, results=results,

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import warnings
@@ -192,7 +193,7 @@ def _load_harbor(path: Path) -> TerminalTask:
     workdir = next((s.args[0] for s in reversed(dockerfile) if s.op == "WORKDIR"), "/app")
     agent_timeout = _number(sections["agent"], "timeout_sec", DEFAULT_AGENT_TIMEOUT_S, spec_file)
     solve = path / "solution" / "solve.sh"
-    solution = (SolutionStep(solve.read_text(errors="replace").rstrip("\n"), agent_timeout),) if solve.is_file() \
+    solution = (SolutionStep(_harbor_solution_command(path / "solution"), agent_timeout),) if solve.is_file() \
         else ()
     return TerminalTask(
         task_id=path.name, path=path, instruction=instruction.strip(), max_agent_timeout_s=agent_timeout,
@@ -200,6 +201,33 @@ def _load_harbor(path: Path) -> TerminalTask:
         difficulty=str(meta.get("difficulty", "")), category=str(meta.get("category", "")),
         tags=tuple(meta.get("tags") or ()), solution=solution, workdir=workdir, dockerfile=dockerfile, meta=spec,
         format="harbor")
+
+
+HARBOR_SOLUTION_DIR = "/solution"
+
+
+def _harbor_solution_command(solution_dir: Path) -> str:
+    """Harbor's oracle uploads ``solution/`` to ``/solution`` and runs ``bash /solution/solve.sh`` (solve.sh
+    may call files beside it): one shell command that unpacks the folder there, then runs it. The archive is
+    byte-stable (sorted, no times or owners), so the expert action is the same in every process."""
+    import base64
+    import gzip
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for p in sorted(solution_dir.rglob("*")):
+            if not p.is_file() or "__pycache__" in p.parts or p.suffix == ".pyc":
+                continue
+            info = tarfile.TarInfo(str(p.relative_to(solution_dir)))
+            data = p.read_bytes()
+            info.size, info.mode = len(data), 0o755 if os.access(p, os.X_OK) or p.suffix == ".sh" else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    payload = base64.encodebytes(buf.getvalue()).decode()
+    d = HARBOR_SOLUTION_DIR
+    return (f"mkdir -p {d} && base64 -d <<'R2V_SOLUTION' | tar -xzf - -C {d}\n{payload}R2V_SOLUTION\n"
+            f"bash {d}/solve.sh")
 
 
 def load_suite(root: str | Path = SHIPPED_TASKS_DIR) -> dict[str, TerminalTask]:
