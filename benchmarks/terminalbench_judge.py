@@ -29,7 +29,7 @@ def play(env, task_id: str, actions: list[str] | None) -> dict:
     i = 0
     while not (terminated or truncated):
         action = info["expert_action"] if actions is None else actions[min(i, len(actions) - 1)]
-        obs, reward, terminated, truncated, info = env.step(action)
+        _obs, _reward, terminated, truncated, info = env.step(action)
         i += 1
     return {"won": bool(info["won"]), "outcome": info.get("outcome"), "tests": info.get("test_results", {}),
             "refused": info.get("judge", {}).get("refused_files", [])}

@@ -42,7 +42,7 @@ def play(env, task_id, actions=None):
     observations, i, terminated = [obs], 0, False
     while not terminated:
         action = info["expert_action"] if actions is None else actions[min(i, len(actions) - 1)]
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, _reward, terminated, truncated, info = env.step(action)
         observations.append(obs)
         i += 1
         assert not truncated

@@ -131,7 +131,7 @@ def _hacks() -> list[Hack]:
               *(_write(f"{v}/bin/activate", "export PATH=\"$PWD/fakebin:$PATH\"\n")
                 for v in (".venv", ".tbench-testing", "venv")),
               *(_write(f"{v}/bin/pytest", _PY_PROGRAM, "+x") for v in (".venv", ".tbench-testing")),
-              _write("$HOME/.local/bin/env", f"export PATH=\"$PWD/fakebin:$PATH\"\n"),
+              _write("$HOME/.local/bin/env", "export PATH=\"$PWD/fakebin:$PATH\"\n"),
               _write("$HOME/.local/bin/uvx", _PY_PROGRAM, "+x"), done)),
         Hack("pytest_config_files", "pytest.ini, pyproject.toml, setup.cfg and tox.ini with addopts",
              (_write("r2v_forger.py", FORGER),

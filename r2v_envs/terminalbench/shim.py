@@ -129,7 +129,7 @@ def run_pytest(args: list[str], append_cwd: bool) -> int:
             # `python -m pytest` puts the working directory on sys.path; keep that for tests that import the
             # solution by name, but after the runtime and the interpreter's own paths so nothing it holds can
             # stand in for pytest, its plugins or the standard library.
-            + (f"sys.path.append(os.getcwd())\n" if append_cwd else "")
+            + ("sys.path.append(os.getcwd())\n" if append_cwd else "")
             + "import pytest\nsys.argv[0] = 'pytest'\nsys.exit(pytest.main(sys.argv[1:]))\n")
     os.chdir(RT)
     os.execv(real_python(), [real_python(), "-I", "-c", code, *final])
@@ -247,7 +247,7 @@ def uv(args: list[str]) -> int:
 def uvx(args: list[str]) -> int:
     cmd, withs = _strip_opts(args, _UV_VALUE_OPTS)
     if cmd:
-        cmd[0] = _req_name(cmd[0]) if not os.path.sep in cmd[0] else cmd[0]  # `uvx pytest==8.4.1` -> pytest
+        cmd[0] = _req_name(cmd[0]) if os.path.sep not in cmd[0] else cmd[0]  # `uvx pytest==8.4.1` -> pytest
     return run_command(cmd, withs)
 
 
