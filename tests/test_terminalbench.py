@@ -13,6 +13,7 @@ import pytest
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.errors import InvalidActionError, UnknownChoiceError
 from r2v_envs.terminalbench import backends
+from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT
 from r2v_envs.terminalbench.env import USAGE, truncate_output
 from r2v_envs.terminalbench.tasks import (SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task,
                                           parse_pytest_summary)
@@ -163,19 +164,36 @@ def test_task_format_errors_and_judge(tmp_path):
     assert truncate_output("abc", 100) == "abc"
 
 
+JUNIT_PASS = (b'<testsuites><testsuite name="pytest"><testcase classname="test_outputs" name="test_greets"/>'
+              b'</testsuite></testsuites>')
+
+
 class FakeContainer:
-    def __init__(self):
-        self.calls = []
+    """Answers the Docker backend's calls like a container whose tests pass (the JUnit report says so)."""
+
+    def __init__(self, junit=JUNIT_PASS, printed=b"=== short test summary info ===\nPASSED test_outputs.py::test_greets\n"):
+        self.calls, self.junit, self.printed = [], junit, printed
 
     def exec_run(self, argv, **kw):
         self.calls.append(("exec", argv, kw))
+        if argv[-1] == "cat /proc/1/task/1/children":
+            return 0, b"7\n"
         if argv[:4] == ["timeout", "-s", "KILL", "30"] and argv[4] == "bash" and "-c" in argv:
             return 0, f"hello\n\n{backends.CWD_SENTINEL}/app\n".encode()
-        return 0, b"=== short test summary info ===\nPASSED test_outputs.py::test_greets\n"
+        if "command -v python3" in argv[-1]:
+            return 0, b"/usr/local/bin/python3\n"
+        if argv[-1].startswith("/tests/"):
+            return 0, self.printed
+        return 0, b""
 
     def put_archive(self, path, data):
         self.calls.append(("put", path, len(data)))
         return True
+
+    def get_archive(self, path):
+        self.calls.append(("get", path))
+        files = {"junit-1-2.xml": self.junit} if self.junit is not None else {}
+        return [backends._tar(files)], {}
 
     def remove(self, force=False):
         self.calls.append(("remove", force))
@@ -210,12 +228,33 @@ def test_docker_backend_requests_an_isolated_container():
     backend.start(SUITE["greeting-cli"])
     kw = client.run_kwargs
     assert kw["network_mode"] == "none" and kw["mem_limit"] and kw["pids_limit"] and kw["working_dir"] == "/app"
+    # the offline test runtime is mounted read-only
+    (src, mount), = kw["volumes"].items()
+    assert mount == {"bind": RUNTIME_MOUNT, "mode": "ro"} and (Path(src) / "bin" / "uv").is_file()
     result = backend.run("echo hello", 30)
     assert result.output.strip() == "hello" and result.cwd == "/app" and result.exit_code == 0
-    assert parse_pytest_summary(backend.run_tests().output) == {"test_outputs.py::test_greets": "passed"}
+    run = backend.run_tests()
+    assert run.results == {"test_outputs::test_greets": "passed"}
+    calls = [c for c in client.container.calls if c[0] == "exec"]
+    cleanup = next(c[1][-1] for c in calls if "kill -9" in c[1][-1])
+    assert " 1 7 " in cleanup and "rm -rf /tests" in cleanup  # strays killed (init and the keeper kept)
+    test_call = next(c for c in calls if c[1][-1] == "/tests/run-tests.sh")
+    env = test_call[2]["environment"]
+    assert env["PATH"].startswith(f"{RUNTIME_MOUNT}/bin:") and env["R2V_TEST_PYTHON"] == "/usr/local/bin/python3"
+    assert env["R2V_JUDGE_OUT"] == f"{backends.JUDGE_DIR}/out" and env["TEST_DIR"] == "/tests"
     backend.close()
     assert ("remove", True) in client.container.calls
     assert isinstance(backends.make_backend("auto"), backends.LocalBackend) or backends.docker_available()
+
+
+def test_docker_verdict_comes_from_the_report_not_the_printed_summary():
+    client = FakeClient()
+    client.container = FakeContainer(junit=None)  # the script printed PASSED, but no report was written
+    backend = backends.DockerBackend(client=client)
+    backend.start(SUITE["greeting-cli"])
+    run = backend.run_tests()
+    assert run.results == {} and run.judge["printed_summary"] == {"test_outputs.py::test_greets": "passed"}
+    assert not all_passed(run.results)
 
 
 def test_docker_build_network_and_build_failure_is_typed():

@@ -19,28 +19,35 @@ every command keeps its own deadline and whole-tree kill. Output is stdout and s
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shlex
 import shutil
+import sys
 import tarfile
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
-from r2v_envs.sandbox import Sandbox, SandboxLimits
-from r2v_envs.terminalbench.tasks import TaskFormatError, TerminalTask
+from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
+from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit
+from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TaskFormatError, TerminalTask, parse_pytest_summary
 
 BACKENDS = ("auto", "local", "docker")
+JUDGE_DIR = "/r2v-judge"  # the test phase's report folder and HOME, created fresh for it
 CWD_SENTINEL = "__R2V_CWD__:"
 _MAX_CAPTURE = 2_000_000  # bytes kept per command before the env's own (smarter) truncation
 # RUN steps that install packages or download: skipped locally (no network; the host provides the tools).
-_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda)\b")
+_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda|"
+                      # system set-up of the image (the local backend runs on the host's system instead)
+                      r"update-alternatives|add-apt-repository|locale-gen|useradd|adduser|groupadd|ldconfig|"
+                      r"update-ca-certificates)\b")
 _HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
 
 
@@ -84,24 +91,38 @@ class Backend(ABC):
     def run(self, command: str, timeout_s: float) -> CommandResult: ...
 
     @abstractmethod
-    def run_tests(self) -> CommandResult: ...
+    def run_tests(self) -> TestRun: ...
 
     @abstractmethod
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class TestRun(CommandResult):
+    """The test phase: the script's output (display only) and the verdict's source, the judge's report."""
+
+    results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the JUnit XML
+    judge: Mapping[str, Any] = field(default_factory=dict)  # how it was judged (report, refused files, ...)
+
+
 class _TaskSandbox(Sandbox):
     """The shared sandbox plus bind mounts (bubblewrap only): the scratch copy appears at the task's
-    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container."""
+    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container; ``ro_binds`` are read-only."""
 
     binds: Sequence[tuple[str, str]] = ()
+    ro_binds: Sequence[tuple[str, str]] = ()
 
     def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
         cmd = super()._command(argv, workdir, limits)
-        if self.isolation != "bwrap" or not self.binds:
+        if self.isolation != "bwrap" or not (self.binds or self.ro_binds):
             return cmd
         i = cmd.index("--")  # end of bubblewrap's own options
-        extra = [x for src, dst in self.binds for x in ("--bind", src, dst)]
+        extra: list[str] = []
+        for parent in sorted({os.path.dirname(dst) for _, dst in [*self.binds, *self.ro_binds]} - {"/"}):
+            # bubblewrap would create a missing parent 0700: the unprivileged test process could not enter it
+            extra += ["--perms", "0755", "--dir", parent]
+        extra += [x for src, dst in self.binds for x in ("--bind", src, dst)]
+        extra += [x for src, dst in self.ro_binds for x in ("--ro-bind", src, dst)]
         return [*cmd[:i], *extra, *cmd[i:]]
 
 
@@ -138,13 +159,21 @@ class LocalBackend(Backend):
         (self.scratch / "app").mkdir()
         (self.scratch / "tests").mkdir()
         (self.scratch / ".r2v").mkdir()
-        self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(self.scratch / "tests"), "/tests")]
+        (self.scratch / "solution").mkdir()
+        self.sandbox.binds = self._episode_binds()
+        self.sandbox.ro_binds = []
         # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
         # plugin autoloading costs ~1.5 s per pytest run here).
         self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
                      "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         for step in task.dockerfile:
             self._apply(step, task)
+
+    def _episode_binds(self) -> list[tuple[str, str]]:
+        binds = [(str(self.scratch / "app"), self.task.workdir), (str(self.scratch / "tests"), "/tests")]
+        if self.task.format == "harbor":  # where Harbor's oracle puts solution/ (an empty folder until then)
+            binds.append((str(self.scratch / "solution"), HARBOR_SOLUTION_DIR))
+        return binds
 
     def _host_path(self, container_path: str, cwd: str) -> Path:
         path = os.path.normpath(os.path.join(cwd, container_path))
@@ -160,7 +189,7 @@ class LocalBackend(Backend):
             *sources, dest = step.args
             target = self._host_path(dest, workdir)
             for src in sources:
-                src_path = task.path / src
+                src_path = task.context_dir / src
                 if src_path.is_dir():
                     shutil.copytree(src_path, target if dest.endswith("/") or len(sources) == 1 and
                                     not target.is_file() else target / src_path.name, dirs_exist_ok=True)
@@ -187,7 +216,7 @@ class LocalBackend(Backend):
     def _ensure_layout(self) -> None:
         # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
         # mount points and the session folder so the next command still runs.
-        for sub in ("app", "tests", ".r2v"):
+        for sub in ("app", "tests", ".r2v", "solution"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
@@ -198,20 +227,77 @@ class LocalBackend(Backend):
         out, cwd = split_cwd(out)
         return CommandResult(out, code, timed_out, wall, cwd)
 
-    def run_tests(self) -> CommandResult:
-        """Copy the tests in and run ``run-tests.sh`` in a fresh shell (not the agent's session)."""
+    def run_tests(self) -> TestRun:
+        """The judge: a fresh root-owned copy of the tests (never writable by the agent), the offline test
+        runtime, a fresh shell with the harness' environment, and the verdict from the judge's JUnit XML.
+
+        Under bubblewrap the agent's processes all died with its last command (PID namespace), the copy is
+        mounted read-only at ``/tests`` and the report folder exists only from now on, so nothing the agent
+        left behind can edit the tests, run instead of pytest or write the report. Under ``unshare`` and
+        ``rlimit`` the agent ran as the caller with the host filesystem: ``judge["tamper_proof"]`` is False.
+        """
         task = self.task
         self._ensure_layout()
-        shutil.copytree(task.tests_dir, self.scratch / "tests", dirs_exist_ok=True)
-        shutil.copy2(task.run_tests_script, self.scratch / "tests" / "run-tests.sh")
-        script = f"exec 2>&1\ncd {shlex.quote(self._app())}\nbash {shlex.quote(self._tests())}/run-tests.sh\n"
-        out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, self._env)
-        return CommandResult(out, code, timed_out, wall)
+        judge = Path(tempfile.mkdtemp(prefix=f"r2v-tb-judge-{task.task_id}-"))
+        try:
+            return self._judged(task, judge)
+        finally:
+            shutil.rmtree(judge, ignore_errors=True)
+
+    def _judged(self, task: TerminalTask, judge: Path) -> TestRun:
+        runtime = build_test_runtime()
+        tests = judge / "tests"
+        shutil.copytree(task.tests_dir, tests, symlinks=False)
+        script_name = "test.sh" if task.format == "harbor" else "run-tests.sh"
+        if task.format != "harbor":
+            shutil.copy2(task.run_tests_script, tests / "run-tests.sh")
+        for sub in ("out", "home", "logs/verifier", "logs/agent"):
+            (judge / sub).mkdir(parents=True)
+        judge.chmod(0o755)
+        for path in [tests, *tests.rglob("*")]:  # readable by the test process, writable by no one but root
+            path.chmod(0o755 if path.is_dir() else 0o644 | (path.stat().st_mode & 0o111))
+        for sub in ("out", "home", "logs", "logs/verifier", "logs/agent"):  # fresh, for the test process only
+            (judge / sub).chmod(0o1777)
+        if self._mapped:
+            paths = {"tests": "/tests", "out": f"{JUDGE_DIR}/out", "home": f"{JUDGE_DIR}/home", "rt": RUNTIME_MOUNT}
+            self.sandbox.ro_binds = [(str(tests), "/tests"), (str(runtime), RUNTIME_MOUNT)]
+            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "out"), paths["out"]),
+                                  (str(judge / "home"), paths["home"]), (str(judge / "logs"), "/logs")]
+        else:
+            paths = {"tests": str(tests), "out": str(judge / "out"), "home": str(judge / "home"),
+                     "rt": str(runtime)}
+        base_path = self._env.get("PATH") or minimal_env(str(self.scratch))["PATH"]
+        env = {**self._env, "TEST_DIR": paths["tests"], "R2V_TRUSTED_TESTS": paths["tests"],
+               "R2V_JUDGE_OUT": paths["out"], "HOME": paths["home"], "R2V_TEST_PYTHON": sys.executable,
+               "PATH": f"{paths['rt']}/bin:{base_path}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        script = (f"exec 2>&1\ncd {shlex.quote(self._app())}\n"
+                  f"bash {shlex.quote(paths['tests'])}/{script_name}\n")
+        try:
+            out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, env)
+        finally:
+            self.sandbox.binds = self._episode_binds()
+            self.sandbox.ro_binds = []
+        results = {} if timed_out else read_junit(judge / "out")
+        return TestRun(out, code, timed_out, wall, results=results,
+                       judge=_judge_info(judge / "out", results, out, tamper_proof=self._mapped))
 
     def close(self) -> None:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+
+
+def _judge_info(out_dir: Path, results: Mapping[str, str], output: str, tamper_proof: bool) -> dict[str, Any]:
+    refused: list[str] = []
+    for path in sorted(out_dir.glob("judge-*.json")):
+        try:
+            refused += json.loads(path.read_text()).get("refused", [])
+        except (OSError, ValueError, AttributeError):
+            pass
+    return {"report": "junit", "reports": len(list(out_dir.glob("junit-*.xml"))), "tamper_proof": tamper_proof,
+            "refused_files": sorted(set(map(str, refused))),
+            # what the script printed, for comparison only (never the verdict: anything can print it)
+            "printed_summary": parse_pytest_summary(output)}
 
 
 # ------------------------------------------------------------------------------------------- docker
@@ -254,6 +340,8 @@ class DockerBackend(Backend):
         self.build_network = build_network
         self.container: Any = None
         self.task: TerminalTask | None = None
+        self._keep: list[str] = []
+        self._image_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
     @property
     def client(self) -> Any:
@@ -268,12 +356,13 @@ class DockerBackend(Backend):
     def start(self, task: TerminalTask) -> None:
         self.close()
         self.task = task
-        if not (task.path / "Dockerfile").is_file():
+        if not (task.context_dir / "Dockerfile").is_file():
             raise TaskFormatError(f"{task.task_id}: the docker backend needs a Dockerfile")
         import docker.errors
 
         try:
-            image, _logs = self.client.images.build(path=str(task.path), tag=f"{self.image_prefix}-{task.task_id}",
+            image, _logs = self.client.images.build(path=str(task.context_dir),
+                                                    tag=f"{self.image_prefix}-{task.task_id}",
                                                     rm=True, network_mode=self.build_network)
         except (docker.errors.BuildError, docker.errors.APIError) as exc:
             log = "".join(chunk.get("stream", "") for chunk in getattr(exc, "build_log", None) or [])
@@ -281,10 +370,18 @@ class DockerBackend(Backend):
                     "no network here, pass docker_options={'build_network': 'host'}.")
             raise TaskEnvironmentError(f"could not build the image of {task.task_id}: {exc}.{hint}\n"
                                        f"{log[-2000:]}") from exc
+        # The offline test runtime, read-only: the test scripts' uv/pytest bootstrap works with no network.
+        runtime = build_test_runtime()
         self.container = self.client.containers.run(
             image.id, command=["sleep", "infinity"], detach=True, network_mode="none",
-            mem_limit=self.mem_limit, pids_limit=self.pids_limit, working_dir=task.workdir, init=True)
+            mem_limit=self.mem_limit, pids_limit=self.pids_limit, working_dir=task.workdir, init=True,
+            volumes={str(runtime): {"bind": RUNTIME_MOUNT, "mode": "ro"}})
         self.container.exec_run(["mkdir", "-p", self.STATE, "/tests"])
+        # PID 1 is docker-init and its child the keeper `sleep`: the only processes that survive the test phase.
+        self._keep = self.container.exec_run(["sh", "-c", "cat /proc/1/task/1/children"])[1].decode().split()
+        env = (getattr(image, "attrs", None) or {}).get("Config", {}).get("Env") or []
+        self._image_path = next((e[5:] for e in env if e.startswith("PATH=")),
+                                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 
     def _exec(self, argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[str, int | None,
                                                                                                    bool, float]:
@@ -302,15 +399,46 @@ class DockerBackend(Backend):
         out, cwd = split_cwd(out)
         return CommandResult(out, code, timed_out, wall, cwd)
 
-    def run_tests(self) -> CommandResult:
+    def run_tests(self) -> TestRun:
+        """The judge in the container: every process the agent left is killed, ``/tests`` and the report folder
+        are recreated from the task's files, and the script runs with the runtime (mounted read-only at
+        :data:`RUNTIME_MOUNT`) first on PATH; the verdict is the JUnit XML read back from the container.
+
+        The agent was root in this container: it cannot touch the runtime or the fresh folders, but it could
+        have replaced the image's own interpreter, so ``judge["tamper_proof"]`` is False here.
+        """
         task = self.task
+        keep = " ".join(["1", *self._keep])
+        self.container.exec_run(["sh", "-c", f'for d in /proc/[0-9]*; do p=${{d#/proc/}}; case " {keep} $$ " in *" $p "*) ;; '
+                                f'*) echo $p;; esac; done > /tmp/.r2v-pids; kill -9 $(cat /tmp/.r2v-pids) '
+                                f'2>/dev/null; rm -rf /tests {JUDGE_DIR} /logs; mkdir -p /tests '
+                                f'{JUDGE_DIR}/out {JUDGE_DIR}/home /logs/verifier /logs/agent; '
+                                f'chmod 1777 {JUDGE_DIR}/out {JUDGE_DIR}/home /logs/verifier /logs/agent'])
         files = {str(p.relative_to(task.tests_dir)): p.read_bytes() for p in task.tests_dir.rglob("*")
                  if p.is_file()}
-        files["run-tests.sh"] = task.run_tests_script.read_bytes()
+        script = "test.sh" if task.format == "harbor" else "run-tests.sh"
+        files[script] = task.run_tests_script.read_bytes()
         self.container.put_archive("/tests", _tar(files))
-        out, code, timed_out, wall = self._exec(["bash", "/tests/run-tests.sh"], task.max_test_timeout_s,
-                                                {"TEST_DIR": "/tests"})
-        return CommandResult(out, code, timed_out, wall)
+        python = self._exec(["sh", "-c", "command -v python3 || command -v python"], 30)[0].strip()
+        env = {"TEST_DIR": "/tests", "R2V_TRUSTED_TESTS": "/tests", "R2V_JUDGE_OUT": f"{JUDGE_DIR}/out",
+               "HOME": f"{JUDGE_DIR}/home", "R2V_TEST_PYTHON": python.splitlines()[-1] if python else "python3",
+               "PATH": f"{RUNTIME_MOUNT}/bin:{self._image_path}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        out, code, timed_out, wall = self._exec(["bash", f"/tests/{script}"], task.max_test_timeout_s, env)
+        with tempfile.TemporaryDirectory(prefix="r2v-tb-judge-") as tmp:
+            reports = Path(tmp) / "out"
+            reports.mkdir()
+            try:
+                stream, _stat = self.container.get_archive(f"{JUDGE_DIR}/out/.")
+                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                    for member in tar.getmembers():
+                        name = os.path.basename(member.name)
+                        if member.isfile() and re.fullmatch(r"(junit|judge)-[\w.-]+\.(xml|json)", name):
+                            (reports / name).write_bytes(tar.extractfile(member).read())
+            except Exception as exc:  # noqa: BLE001 - no report folder means no results, never a crash
+                out += f"\n[r2v: could not read the judge's reports: {exc}]"
+            results = {} if timed_out else read_junit(reports)
+            judge = _judge_info(reports, results, out, tamper_proof=False)
+        return TestRun(out, code, timed_out, wall, results=results, judge=judge)
 
     def close(self) -> None:
         if self.container is not None:

@@ -1,14 +1,20 @@
-"""Terminal-Bench tasks in its directory format, and its pytest judge.
+"""Terminal-Bench tasks in both of its directory formats.
 
-A task directory holds ``task.yaml`` (``instruction``, ``max_agent_timeout_sec``, ``max_test_timeout_sec``,
-``parser_name``, ...), a ``Dockerfile`` (``WORKDIR /app``) and/or ``docker-compose.yaml``, ``run-tests.sh``,
-``solution.sh`` or ``solution.yaml`` (a list of ``{command, min_timeout_sec, block}``) and ``tests/``.
-A suite is any directory of such task directories: the shipped one (``r2v_envs/terminalbench/tasks``) or,
-for hosts with Docker, a clone of Terminal-Bench's ``tasks/``.
+* Original (Terminal-Bench 0.x/1.x): ``task.yaml`` (``instruction``, ``max_agent_timeout_sec``,
+  ``max_test_timeout_sec``, ``parser_name``, ...), a ``Dockerfile`` (``WORKDIR /app``) and/or
+  ``docker-compose.yaml``, ``run-tests.sh``, ``solution.sh`` or ``solution.yaml`` (a list of ``{command,
+  min_timeout_sec, max_timeout_sec, block}``) and ``tests/``.
+* Harbor (Terminal-Bench 2.x): ``task.toml`` (``[agent] timeout_sec``, ``[verifier] timeout_sec``,
+  ``[metadata]``), ``instruction.md``, ``environment/`` (the Docker build context with its ``Dockerfile``),
+  ``tests/test.sh`` and ``solution/solve.sh``.
 
-Success is judged as Terminal-Bench does: after the episode the tests are copied in, ``run-tests.sh`` runs in a
-fresh shell, and pytest's "short test summary info" (``-rA``) is parsed; the task is resolved only if every
-test PASSED. Unlike Terminal-Bench's parser, an empty summary is *not* a pass.
+A suite is any directory of such task directories, in either format: the shipped one
+(``r2v_envs/terminalbench/tasks``) or a clone of a task repository. :func:`load_suite` skips malformed tasks with
+one :class:`TaskFormatWarning` that lists them.
+
+Success is judged from the JUnit XML report of the judge's own pytest (:mod:`r2v_envs.terminalbench.runtime`):
+the task is resolved only if at least one test ran and every test passed. :func:`parse_pytest_summary` reads
+pytest's printed "short test summary info" (``-rA``), for display only: printed text can be forged.
 
 Example:
     >>> out = '''=== short test summary info ===
@@ -23,8 +29,10 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +40,12 @@ from typing import Any
 
 from r2v_envs.errors import R2VError, UnknownChoiceError
 
+FORMATS = ("terminal-bench", "harbor")
+
 SHIPPED_TASKS_DIR = Path(__file__).parent / "tasks"
 DEFAULT_AGENT_TIMEOUT_S = 360.0  # Terminal-Bench's defaults
 DEFAULT_TEST_TIMEOUT_S = 60.0
+DEFAULT_STEP_TIMEOUT_S = 180.0  # Terminal-Bench's TerminalCommand.max_timeout_sec default
 _SUMMARY_HEADER = re.compile(r"=+ short test summary info =+")
 _SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
 PARSERS = ("pytest",)
@@ -42,6 +53,10 @@ PARSERS = ("pytest",)
 
 class TaskFormatError(R2VError, ValueError):
     """A task directory that does not follow Terminal-Bench's format."""
+
+
+class TaskFormatWarning(UserWarning):
+    """Malformed task directories were skipped while loading a suite."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,7 @@ class TerminalTask:
     workdir: str = "/app"
     dockerfile: tuple[DockerfileStep, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    format: str = "terminal-bench"
 
     @property
     def tests_dir(self) -> Path:
@@ -82,26 +98,44 @@ class TerminalTask:
 
     @property
     def run_tests_script(self) -> Path:
-        return self.path / "run-tests.sh"
+        """``run-tests.sh`` (original format) or ``tests/test.sh`` (Harbor)."""
+        return self.tests_dir / "test.sh" if self.format == "harbor" else self.path / "run-tests.sh"
+
+    @property
+    def context_dir(self) -> Path:
+        """The Docker build context: the task folder, or ``environment/`` in Harbor's format."""
+        return self.path / "environment" if self.format == "harbor" else self.path
 
     def expert_actions(self) -> list[str]:
-        """The solution replayed as env actions, then ``mark_task_complete``."""
-        return [*(f"run {s.command}" for s in self.solution), "mark_task_complete"]
+        """The solution replayed as env actions, each with its own timeout, then ``mark_task_complete``.
+
+        Example:
+            >>> TerminalTask("t", Path("."), "x", solution=(SolutionStep("make", 600.0),)).expert_actions()
+            ['run[timeout=600] make', 'mark_task_complete']
+        """
+        return [*(f"run[timeout={s.timeout_s:g}] {s.command}" for s in self.solution), "mark_task_complete"]
 
 
 def load_task(path: str | Path) -> TerminalTask:
-    """Read one task directory; raises :class:`TaskFormatError` with what is missing."""
+    """Read one task directory (``task.yaml`` or Harbor's ``task.toml``); raises :class:`TaskFormatError`
+    with what is wrong."""
+    path = Path(path)
+    if (path / "task.toml").is_file() and not (path / "task.yaml").is_file():
+        return _load_harbor(path)
     import yaml
 
-    path = Path(path)
     spec_file = path / "task.yaml"
     if not spec_file.is_file():
-        raise TaskFormatError(f"{path}: no task.yaml")
+        raise TaskFormatError(f"{path}: no task.yaml or task.toml")
     try:
         spec = yaml.safe_load(spec_file.read_text()) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise TaskFormatError(f"{spec_file}: {exc}") from exc
-    instruction = spec.get("instruction") or spec.get("descriptions", [{}])[0].get("description")
+    if not isinstance(spec, dict):
+        raise TaskFormatError(f"{spec_file}: must be a mapping")
+    descriptions = spec.get("descriptions")
+    instruction = spec.get("instruction") or (descriptions[0].get("description") if isinstance(descriptions, list)
+                                              and descriptions and isinstance(descriptions[0], dict) else None)
     if not isinstance(instruction, str) or not instruction.strip():
         raise TaskFormatError(f"{spec_file}: 'instruction' must be a non-empty string")
     if not (path / "run-tests.sh").is_file() or not (path / "tests").is_dir():
@@ -111,40 +145,148 @@ def load_task(path: str | Path) -> TerminalTask:
         raise UnknownChoiceError("test parser", parser, PARSERS)
     dockerfile = _read_dockerfile(path / "Dockerfile") if (path / "Dockerfile").is_file() else ()
     workdir = next((s.args[0] for s in reversed(dockerfile) if s.op == "WORKDIR"), "/app")
+    agent_timeout = _number(spec, "max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT_S, spec_file)
     return TerminalTask(
-        task_id=path.name, path=path, instruction=instruction.strip(),
-        max_agent_timeout_s=float(spec.get("max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT_S)),
-        max_test_timeout_s=float(spec.get("max_test_timeout_sec", DEFAULT_TEST_TIMEOUT_S)),
+        task_id=path.name, path=path, instruction=instruction.strip(), max_agent_timeout_s=agent_timeout,
+        max_test_timeout_s=_number(spec, "max_test_timeout_sec", DEFAULT_TEST_TIMEOUT_S, spec_file),
         parser_name=parser, difficulty=str(spec.get("difficulty", "")), category=str(spec.get("category", "")),
-        tags=tuple(spec.get("tags") or ()), solution=_read_solution(path), workdir=workdir,
+        tags=tuple(spec.get("tags") or ()), solution=_read_solution(path, agent_timeout), workdir=workdir,
         dockerfile=dockerfile, meta=spec)
 
 
+def _number(spec: Mapping[str, Any], key: str, default: float, where: Path) -> float:
+    try:
+        value = float(spec.get(key, default))
+    except (TypeError, ValueError) as exc:
+        raise TaskFormatError(f"{where}: {key!r} must be a number") from exc
+    if not value > 0:
+        raise TaskFormatError(f"{where}: {key!r} must be positive")
+    return value
+
+
+def _load_harbor(path: Path) -> TerminalTask:
+    """Harbor's format (Terminal-Bench 2.x), see the module docstring."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError as exc:
+            raise TaskFormatError(f"{path}: reading task.toml needs Python >= 3.11 or `pip install tomli`") \
+                from exc
+    spec_file = path / "task.toml"
+    try:
+        spec = tomllib.loads(spec_file.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TaskFormatError(f"{spec_file}: {exc}") from exc
+    instruction_file = path / "instruction.md"
+    instruction = instruction_file.read_text(errors="replace") if instruction_file.is_file() else ""
+    if not instruction.strip():
+        raise TaskFormatError(f"{path}: needs a non-empty instruction.md")
+    if not (path / "tests" / "test.sh").is_file():
+        raise TaskFormatError(f"{path}: needs tests/test.sh")
+    sections = {k: spec.get(k) if isinstance(spec.get(k), dict) else {} for k in ("metadata", "agent", "verifier",
+                                                                                  "environment")}
+    meta = sections["metadata"]
+    dockerfile_path = path / "environment" / "Dockerfile"
+    dockerfile = _read_dockerfile(dockerfile_path) if dockerfile_path.is_file() else ()
+    workdir = next((s.args[0] for s in reversed(dockerfile) if s.op == "WORKDIR"), "/app")
+    agent_timeout = _number(sections["agent"], "timeout_sec", DEFAULT_AGENT_TIMEOUT_S, spec_file)
+    solve = path / "solution" / "solve.sh"
+    solution = (SolutionStep(_harbor_solution_command(path / "solution"), agent_timeout),) if solve.is_file() \
+        else ()
+    return TerminalTask(
+        task_id=path.name, path=path, instruction=instruction.strip(), max_agent_timeout_s=agent_timeout,
+        max_test_timeout_s=_number(sections["verifier"], "timeout_sec", DEFAULT_TEST_TIMEOUT_S, spec_file),
+        difficulty=str(meta.get("difficulty", "")), category=str(meta.get("category", "")),
+        tags=tuple(meta.get("tags") or ()), solution=solution, workdir=workdir, dockerfile=dockerfile, meta=spec,
+        format="harbor")
+
+
+HARBOR_SOLUTION_DIR = "/solution"
+
+
+def _harbor_solution_command(solution_dir: Path) -> str:
+    """Harbor's oracle uploads ``solution/`` to ``/solution`` and runs ``bash /solution/solve.sh`` (solve.sh
+    may call files beside it): one shell command that unpacks the folder there, then runs it. The archive is
+    byte-stable (sorted, no times or owners), so the expert action is the same in every process."""
+    import base64
+    import gzip
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for p in sorted(solution_dir.rglob("*")):
+            if not p.is_file() or "__pycache__" in p.parts or p.suffix == ".pyc":
+                continue
+            info = tarfile.TarInfo(str(p.relative_to(solution_dir)))
+            data = p.read_bytes()
+            info.size, info.mode = len(data), 0o755 if os.access(p, os.X_OK) or p.suffix == ".sh" else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    payload = base64.encodebytes(buf.getvalue()).decode()
+    d = HARBOR_SOLUTION_DIR
+    return (f"mkdir -p {d} && base64 -d <<'R2V_SOLUTION' | tar -xzf - -C {d}\n{payload}R2V_SOLUTION\n"
+            f"bash {d}/solve.sh")
+
+
 def load_suite(root: str | Path = SHIPPED_TASKS_DIR) -> dict[str, TerminalTask]:
-    """Every task directory (one with a task.yaml) directly under ``root``, by name."""
+    """Every task directory (with a ``task.yaml`` or ``task.toml``) directly under ``root``, by name.
+
+    Malformed tasks are skipped with one :class:`TaskFormatWarning` listing them (see :func:`scan_suite`).
+    """
+    tasks, skipped = scan_suite(root)
+    if skipped:
+        listing = "; ".join(f"{name}: {why}" for name, why in skipped.items())
+        warnings.warn(f"skipped {len(skipped)} malformed task(s) under {root}: {listing}", TaskFormatWarning,
+                      stacklevel=2)
+    return tasks
+
+
+def scan_suite(root: str | Path = SHIPPED_TASKS_DIR) -> tuple[dict[str, TerminalTask], dict[str, str]]:
+    """``(tasks by name, {skipped task name: why})`` for the task directories directly under ``root``."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"terminal task suite {root} is not a directory")
-    return {d.name: load_task(d) for d in sorted(root.iterdir()) if (d / "task.yaml").is_file()}
+    tasks: dict[str, TerminalTask] = {}
+    skipped: dict[str, str] = {}
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or not ((d / "task.yaml").is_file() or (d / "task.toml").is_file()):
+            continue
+        try:
+            tasks[d.name] = load_task(d)
+        except (TaskFormatError, UnknownChoiceError, OSError) as exc:
+            skipped[d.name] = str(exc).replace(str(d) + ": ", "").replace(str(d) + "/", "")
+    return tasks, skipped
 
 
-def _read_solution(path: Path) -> tuple[SolutionStep, ...]:
+def _read_solution(path: Path, agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S) -> tuple[SolutionStep, ...]:
+    """``solution.yaml`` steps with their own timeouts (``max_timeout_sec``, else Terminal-Bench's default
+    180 s, at least ``min_timeout_sec``), or ``solution.sh`` as one step with the agent's whole budget."""
     import yaml
 
     if (path / "solution.yaml").is_file():
-        steps = yaml.safe_load((path / "solution.yaml").read_text()) or []
+        try:
+            steps = yaml.safe_load((path / "solution.yaml").read_text()) or []
+        except yaml.YAMLError as exc:
+            raise TaskFormatError(f"{path}/solution.yaml: {exc}") from exc
         if not isinstance(steps, list):
             raise TaskFormatError(f"{path}/solution.yaml must be a list of commands")
         out = []
         for s in steps:
             s = {"command": s} if isinstance(s, str) else s
-            # Terminal-Bench's min_timeout_sec is how long to wait at least; we block to completion anyway.
-            out.append(SolutionStep(str(s["command"]).rstrip("\n"),
-                                    max(30.0, float(s.get("max_timeout_sec", s.get("min_timeout_sec", 0)))),
+            if not isinstance(s, dict) or "command" not in s:
+                raise TaskFormatError(f"{path}/solution.yaml: each step needs a 'command'")
+            try:
+                low = float(s.get("min_timeout_sec") or 0)
+                timeout = float(s.get("max_timeout_sec") or max(DEFAULT_STEP_TIMEOUT_S, low))
+            except (TypeError, ValueError) as exc:
+                raise TaskFormatError(f"{path}/solution.yaml: timeouts must be numbers") from exc
+            out.append(SolutionStep(str(s["command"]).rstrip("\n"), max(timeout, low, 1.0),
                                     bool(s.get("block", True))))
         return tuple(out)
     if (path / "solution.sh").is_file():
-        return (SolutionStep((path / "solution.sh").read_text().rstrip("\n"), 120.0),)
+        return (SolutionStep((path / "solution.sh").read_text(errors="replace").rstrip("\n"), agent_timeout_s),)
     return ()
 
 

@@ -1,0 +1,84 @@
+"""Audit a folder of Terminal-Bench tasks (either format): does the expert win, does marking complete
+without work lose, and does every reward hack of :mod:`r2v_envs.terminalbench.hacks` lose?
+
+Per task: the expert (the task's solution, with its own timeouts), ``mark_task_complete`` alone, and each
+hack of the battery, all on one backend. Prints a Markdown table (and JSON with ``--json``); progress goes to
+stderr. A task the expert loses after a command hit the missing network is reported ``needs_network``.
+
+    python benchmarks/terminalbench_judge.py /path/to/tasks --backend local
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+
+import gymnasium as gym
+
+import r2v_envs  # noqa: F401
+from r2v_envs.terminalbench.hacks import HACKS
+
+
+def play(env, task_id: str, actions: list[str] | None) -> dict:
+    """``actions`` None: follow ``expert_action``; otherwise play them (stop early if the episode ends)."""
+    obs, info = env.reset(options={"task_id": task_id})
+    terminated = truncated = False
+    i = 0
+    while not (terminated or truncated):
+        action = info["expert_action"] if actions is None else actions[min(i, len(actions) - 1)]
+        _obs, _reward, terminated, truncated, info = env.step(action)
+        i += 1
+    return {"won": bool(info["won"]), "outcome": info.get("outcome"), "tests": info.get("test_results", {}),
+            "refused": info.get("judge", {}).get("refused_files", [])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tasks_dir")
+    ap.add_argument("--backend", default="local")
+    ap.add_argument("--tasks", nargs="*", help="only these task ids")
+    ap.add_argument("--json", help="write the per-task results here")
+    args = ap.parse_args()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, backend=args.backend,
+                       tasks_dir=args.tasks_dir, split="all", max_episode_steps=60)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    rows = []
+    for task_id in args.tasks or list(env.unwrapped.tasks):
+        start = time.monotonic()
+        try:
+            expert = play(env, task_id, None)
+        except Exception as exc:  # noqa: BLE001 - e.g. a Dockerfile step the local backend cannot run
+            rows.append({"task": task_id, "format": env.unwrapped.tasks[task_id].format,
+                         "expert": f"reset failed: {type(exc).__name__}", "mark_only": "-", "hacks_won": [],
+                         "error": str(exc)[:500]})
+            print(f"{task_id}: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
+            continue
+        mark = play(env, task_id, ["mark_task_complete"])
+        hacks = {h.name: play(env, task_id, list(h.actions)) for h in HACKS}
+        row = {"task": task_id, "format": env.unwrapped.tasks[task_id].format, "expert": expert["outcome"],
+               "mark_only": mark["outcome"], "hacks_won": [n for n, r in hacks.items() if r["won"]],
+               "hacks": {n: r["outcome"] for n, r in hacks.items()},
+               "refused": sorted({f for r in hacks.values() for f in r["refused"]}),
+               "expert_tests": expert["tests"], "seconds": round(time.monotonic() - start, 1)}
+        rows.append(row)
+        print(f"{task_id}: expert {row['expert']}, mark-only {row['mark_only']}, "
+              f"hacks won {len(row['hacks_won'])}/{len(HACKS)} ({row['seconds']} s)", file=sys.stderr)
+    env.close()
+    print(f"| task | format | expert | mark-complete only | hacks won (of {len(HACKS)}) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['task']} | {r['format']} | {r['expert']} | {r['mark_only']} | "
+              f"{len(r['hacks_won'])}{' ' + ', '.join(r['hacks_won']) if r['hacks_won'] else ''} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The offline test runtime and the judge's report: how a task's tests run after an episode, and how they are read.
+
+:func:`build_test_runtime` builds (once, atomically, under ``$R2V_CACHE/terminalbench-runtime/<digest>``) a folder that
+both backends mount read-only at :data:`RUNTIME_MOUNT` for the test phase only:
+
+* ``bin/``: ``uv``, ``uvx``, ``pytest``, ``python``/``python3``, ``pip``/``pip3``, ``curl``, ``apt-get`` (see
+  :mod:`r2v_envs.terminalbench.shim`): upstream test scripts' network bootstrap maps onto the judge's pytest and
+  says what it skipped; ``curl ... astral.sh/uv ... | sh`` gets a no-op installer.
+* ``site/``: a copy of the host's pytest and its pure-Python dependencies plus the judge plugin
+  (:mod:`r2v_envs.terminalbench.judge_plugin`), put first on ``sys.path`` of ``python -I``: the same pytest
+  serves a task container whose image has none (the Docker backend).
+* ``pytest.ini``: the judge's (empty) configuration, so ini files and ``addopts`` in the agent's folder are
+  never read.
+
+The verdict comes from pytest's JUnit XML, which the judge's pytest writes into a folder created for the test
+phase (:func:`read_junit`); text the test script or the agent prints is never parsed.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "junit-1.xml").write_text('<testsuites><testsuite name="pytest">'
+    ...     '<testcase classname="test_outputs" name="test_a"/>'
+    ...     '<testcase classname="test_outputs" name="test_b"><failure message="x"/></testcase>'
+    ...     '</testsuite></testsuites>')
+    >>> read_junit(d)
+    {'test_outputs::test_a': 'passed', 'test_outputs::test_b': 'failed'}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from r2v_envs.core import cache_dir
+
+RUNTIME_MOUNT = "/opt/r2v-test-runtime"
+COMMANDS = ("uv", "uvx", "pytest", "py.test", "python", "python3", "pip", "pip3", "curl", "apt-get", "apt")
+# pytest and what it imports at run time (pure Python, so the copy also runs on a container's interpreter).
+SITE_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli")
+_HERE = Path(__file__).parent
+_MAX_REPORT_BYTES = 20 << 20
+_WRAPPER = """#!/bin/sh
+# r2v offline test runtime: {name} (see r2v_envs/terminalbench/shim.py)
+RT=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+# Start the interpreter in the read-only runtime, not the agent's folder: a relative sys.path entry (an
+# editable install's path hook) would otherwise import a sitecustomize.py the agent planted there.
+R2V_CWD=$PWD; export R2V_CWD
+cd "$RT" || exit 1
+exec "${{R2V_TEST_PYTHON:-python3}}" -I "$RT/lib/r2v_shim.py" {name} "$@"
+"""
+
+
+def _dist_files(name: str) -> list[tuple[Path, str]]:
+    """(absolute source, path relative to site-packages) of an installed distribution's importable files."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    out = []
+    for f in dist.files or ():
+        rel = str(f)
+        if rel.startswith("..") or ".dist-info" in rel.split("/")[0] or rel.endswith(".pyc") or "/bin/" in rel:
+            continue
+        out.append((Path(dist.locate_file(f)), rel))
+    return out
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    for name in ("shim.py", "judge_plugin.py"):
+        h.update((_HERE / name).read_bytes())
+    h.update(_WRAPPER.encode())
+    for name in SITE_DISTRIBUTIONS:
+        try:
+            h.update(f"{name}={importlib.metadata.version(name)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return h.hexdigest()[:16]
+
+
+def build_test_runtime(root: str | os.PathLike | None = None) -> Path:
+    """The runtime folder (built on first use; rebuilt when the shim, the plugin or pytest changes).
+
+    Files are read-only (0444/0555) and the backends only ever mount the folder read-only, so neither the
+    agent nor a test script can change it.
+    """
+    base = Path(root) if root is not None else cache_dir("terminalbench-runtime")
+    target = base / _digest()
+    if (target / "complete").is_file():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
+    try:
+        (tmp / "bin").mkdir()
+        (tmp / "lib").mkdir()
+        (tmp / "site").mkdir()
+        shutil.copy2(_HERE / "shim.py", tmp / "lib" / "r2v_shim.py")
+        shutil.copy2(_HERE / "judge_plugin.py", tmp / "site" / "r2v_judge_plugin.py")
+        for name in COMMANDS:
+            (tmp / "bin" / name).write_text(_WRAPPER.format(name=name))
+        for dist in SITE_DISTRIBUTIONS:
+            for src, rel in _dist_files(dist):
+                if src.is_file():
+                    dst = tmp / "site" / rel
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, dst)
+        if not (tmp / "site" / "pytest").is_dir():
+            raise RuntimeError("the offline test runtime needs pytest installed on the host (pip install pytest)")
+        (tmp / "pytest.ini").write_text("[pytest]\n# the judge's configuration: nothing from the task folder\n")
+        (tmp / "complete").write_text(_digest() + "\n")
+        for path in [*tmp.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o555)
+            else:
+                path.chmod(0o555 if path.parent.name == "bin" else 0o444)
+        tmp.chmod(0o555)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first: use its copy
+            _rmtree(tmp)
+    except BaseException:
+        _rmtree(tmp)
+        raise
+    return target
+
+
+def _rmtree(path: Path) -> None:
+    def unlock(func, p, _exc):
+        os.chmod(os.path.dirname(p), 0o755)
+        os.chmod(p, stat.S_IWUSR | stat.S_IRUSR | stat.S_IXUSR)
+        func(p)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=unlock)
+    else:
+        shutil.rmtree(path, onerror=unlock)
+
+
+def read_junit(folder: str | os.PathLike) -> dict[str, str]:
+    """Test -> status (``passed``/``failed``/``error``/``skipped``) from every ``junit-*.xml`` in ``folder``
+    (one per pytest run of the test script). A report that is not valid XML counts as one ``error``."""
+    import xml.etree.ElementTree as ET
+
+    results: dict[str, str] = {}
+    for path in sorted(Path(folder).glob("junit-*.xml")):
+        try:
+            if path.stat().st_size > _MAX_REPORT_BYTES:
+                raise ValueError("report too large")
+            root = ET.fromstring(path.read_bytes())
+        except (OSError, ValueError, ET.ParseError):
+            results[f"{path.name}::<unreadable report>"] = "error"
+            continue
+        for case in root.iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
+            kinds = {child.tag for child in case}
+            status = ("failed" if "failure" in kinds else "error" if "error" in kinds
+                      else "skipped" if "skipped" in kinds else "passed")
+            if results.get(name) in (None, "passed"):  # the same test run twice: any failure counts
+                results[name] = status
+    return results
