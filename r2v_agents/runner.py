@@ -47,6 +47,10 @@ from r2v_agents.shards import ShardWriter, write_json_atomic
 from r2v_agents.workers import EnvSlots, HostLost, LocalHost, ProcessHost, WorkerPool, wait_ready
 
 TEACHER_SOURCES = ("teacher", "oracle")
+INFRA_SOURCE = "infra"
+"""``Decision.source`` of a policy that could not produce an action for reasons that are not the agent's (API
+down, rate limit, timeout after its retries): the runner ends that episode unscored, with its ``error`` set to
+``"infra:<kind>: <message>"`` from ``meta["infra_kind"]``/``meta["infra_error"]``, instead of stepping the env."""
 
 
 @dataclass
@@ -260,6 +264,15 @@ def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, be
                 live[(h, slot)] = ep
                 outbox[h].append(("reset", slot, ep.task_id, ep.z))
 
+    def end(h: int, slot: int, ep: _Episode, error: str | None) -> None:
+        policy.end_episodes([ep.episode_id])
+        on_finish(_finish(ep, cfg, benchmark, name, error), ep.index)
+        if (nxt := next_episode()) is not None:
+            live[(h, slot)] = nxt
+            outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
+        else:
+            del live[(h, slot)]
+
     for h in range(len(hosts)):
         fill(h)
     busy = set()
@@ -288,13 +301,7 @@ def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, be
                 if not _observe(ep, obs, reward, term, trunc, info, error, max_steps, benchmark):
                     to_act.append((h, slot))
                     continue
-                policy.end_episodes([ep.episode_id])
-                on_finish(_finish(ep, cfg, benchmark, name, error), ep.index)
-                if (nxt := next_episode()) is not None:
-                    live[(h, slot)] = nxt
-                    outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
-                else:
-                    del live[(h, slot)]
+                end(h, slot, ep, error)
         if to_act:
             eps = [live[k] for k in to_act]
             infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
@@ -302,6 +309,9 @@ def _drive(hosts, policy, next_episode, on_finish, cfg: RunConfig, name: str, be
             if len(decisions) != len(eps):
                 raise RuntimeError(f"{name}.act_batch returned {len(decisions)} decisions for {len(eps)} contexts")
             for (h, slot), ep, d in zip(to_act, eps, decisions):
+                if d.source == INFRA_SOURCE:  # no action to play: end the episode unscored (see INFRA_SOURCE)
+                    end(h, slot, ep, f"infra:{d.meta.get('infra_kind', 'error')}: {d.meta.get('infra_error', '')}")
+                    continue
                 ep.decision = d
                 outbox[h].append(("step", slot, d.action))
         for h, cmds in outbox.items():

@@ -5,6 +5,7 @@
     r2v train --run-dir runs/r2v --preset tiny   # the training chain only (Algorithm 1); also per stage:
     r2v collect | preferences | distill | router-train
     r2v rollout                       # expert + random baseline through perturbed envs, success table
+    r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
     r2v textworld-generate --suite default --workers 2
 """
 
@@ -52,7 +53,7 @@ COMMANDS = _commands()
 # Stage commands that parse their own arguments (module:function called with the remaining argv).
 SELF_PARSING = {"train": "r2v_train.chain:main", "collect": "r2v_train.collect:main",
                 "preferences": "r2v_train.preferences:main", "distill": "r2v_train.policy_stages:main",
-                "router-train": "r2v_train.router_train:main"}
+                "router-train": "r2v_train.router_train:main", "eval": "r2v_eval.cli:main"}
 
 
 def main(argv: list[str] | None = None) -> None:
