@@ -120,8 +120,8 @@ def chat_messages(ctx: Context, system_prompt: str) -> list[dict[str, str]]:
 def infra_decision(kind: str, message: str, attempts: int, retries: Mapping[str, int]) -> Decision:
     """The decision of an agent that could not act for infrastructure reasons (ends the episode unscored)."""
     return Decision(action="", source=INFRA_SOURCE,
-                    meta={"infra_kind": kind, "infra_error": f"{attempts} attempts; {message[:300]}", "attempts": attempts,
-                          "retries": dict(retries)})
+                    meta={"infra_kind": kind, "infra_error": f"{attempts} attempts; {message[:300]}",
+                          "attempts": attempts, "retries": dict(retries)})
 
 
 def classify_api_error(error: BaseException) -> tuple[str, bool]:
@@ -289,7 +289,8 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
               "temperature": opts.temperature}
         if not os.path.isdir(path) and path == "smollm2":
             return _smollm2_agent(kw, opts.device), spec
-        return HFChatAgent.from_pretrained(path, device=opts.device, **kw), f"hf:{os.path.basename(os.path.normpath(path))}"
+        name = f"hf:{os.path.basename(os.path.normpath(path))}"
+        return HFChatAgent.from_pretrained(path, device=opts.device, **kw), name
     if spec.startswith(("slm:", "r2v:")):
         return run_dir_agent(spec[:3], spec[4:]), spec[:3]
     if ":" in spec:

@@ -53,13 +53,14 @@ class ChatServer:
     request order; prompts containing ``always_fail`` always get a 500. ``served`` counts what was sent."""
 
     def __init__(self, model_dir: str, hang_s: float = 3.0, always_fail: str | None = None,
-                 fault_every: int = 4):
+                 fault_every: int = 4, faults: bool = True):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.torch, self.hang_s, self.always_fail, self.fault_every = torch, hang_s, always_fail, fault_every
+        self.faults = faults
         self.seen: Counter = Counter()
         self.served: Counter = Counter()
         self.lock = threading.Lock()
@@ -96,7 +97,7 @@ class ChatServer:
             self.seen[prompt] += 1
             if self.always_fail and self.always_fail in prompt:
                 return "500"
-            if not first:
+            if not first or not self.faults:
                 return None
             kind = zlib.crc32(prompt.encode()) % self.fault_every
             if kind == 3 and not self.hung:
