@@ -166,8 +166,9 @@ def run_grid(policy: Any, name: str, grid: GridConfig, out_dir: str | os.PathLik
     _write_manifest(out, name, grid, agent_record or {})
     summaries: dict[str, Any] = {}
     cells = [(e, s) for e in grid.env_ids for s in settings]
+    tasks_of = {e: resolve_tasks(grid, e) for e in grid.env_ids}
     for i, (env_id, setting) in enumerate(cells):
-        tasks = resolve_tasks(grid, env_id)
+        tasks = tasks_of[env_id]
         cdir = cell_dir(out, env_id, setting.name)
         if grid.progress:
             print(f"[{i + 1}/{len(cells)}] {env_id} / {setting.name}: {len(tasks)} tasks x {len(grid.seeds)} seeds",

@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("textworld")
 
+from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_eval.cli import main  # noqa: E402
 from r2v_eval.robustness_report import show_episode  # noqa: E402
 
@@ -79,6 +80,13 @@ def test_results_identical_across_worker_counts(reference, tmp_path):
     assert len(set(srs)) > 1 and max(srs) > 0, srs  # the agent wins some episodes, and the cells differ
     tw = cells["TextWorld-v0"][0]
     assert tw["benchmark"] == "textworld" and set(tw["pass_k"]) == {"1", "2"} and tw["worst_seed"]["z"] in (0, 1)
+
+    import datasets  # the trajectories load with the stock parquet builder
+
+    cell = reference / "Scripted-v0" / cells["Scripted-v0"][0]["run_dir"]
+    ds = datasets.load_dataset("parquet", data_files=str(cell / "steps-*.parquet"), split="train",
+                               cache_dir=str(tmp_path / "hf"))
+    assert ds.num_rows == sum(e["steps"] for e in load_rows(cell, "episodes")) > 0
 
     text = show_episode(reference / "Scripted-v0", "scripted-5@0", perturbation="flaky")
     assert "Goal: Find the key" in text and ">>> " in text
