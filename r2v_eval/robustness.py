@@ -164,9 +164,7 @@ def cells_of(out_dir: str | os.PathLike) -> list[tuple[str, str, Path]]:
         from r2v_eval.grid import env_slug
 
         grid = json.loads(mpath.read_text())["grid"]
-        from r2v_eval.grid import parse_settings
-
-        names = [s.name for s in parse_settings(grid["perturbations"])]
+        names = [Path(p).stem if p.endswith((".yaml", ".yml")) else p for p in grid["perturbations"]]
         order = [(env_slug(e), s) for e in grid["env_ids"] for s in names]
     found = {(p.parent.name, p.name) for p in (out / "runs").glob("*/*") if p.is_dir()}
     keys = [k for k in order if k in found] + sorted(found - set(order))
