@@ -28,6 +28,10 @@ from r2v_agents.shards import token_columns
 from r2v_envs.errors import UnknownChoiceError
 
 TEACHER_SOURCES = ("teacher", "oracle")
+INFRA_SOURCE = "infra"
+"""``Decision.source`` of a policy that could not produce an action for reasons that are not the agent's (API
+down, rate limit, timeout after its retries): the episode ends unscored, with its ``error`` set to
+``"infra:<kind>: <message>"`` from ``meta["infra_kind"]``/``meta["infra_error"]``, instead of stepping the env."""
 
 
 @dataclass
@@ -173,6 +177,15 @@ def drive(hosts: Sequence[Host], policy: BatchPolicy, run: RunContext,
                 live[(h, slot)] = ep
                 outbox[h].append(("reset", slot, ep.task_id, ep.z))
 
+    def end(h: int, slot: int, ep: Episode, error: str | None) -> None:
+        policy.end_episodes([ep.episode_id])
+        on_finish(finish(ep, run, error), ep.index)
+        if (nxt := next_episode()) is not None:
+            live[(h, slot)] = nxt
+            outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
+        else:
+            del live[(h, slot)]
+
     for h in range(len(hosts)):
         fill(h)
     busy = set()
@@ -201,13 +214,7 @@ def drive(hosts: Sequence[Host], policy: BatchPolicy, run: RunContext,
                 if not observe(ep, (obs, reward, term, trunc, info, error), run):
                     to_act.append((h, slot))
                     continue
-                policy.end_episodes([ep.episode_id])
-                on_finish(finish(ep, run, error), ep.index)
-                if (nxt := next_episode()) is not None:
-                    live[(h, slot)] = nxt
-                    outbox[h].append(("reset", slot, nxt.task_id, nxt.z))
-                else:
-                    del live[(h, slot)]
+                end(h, slot, ep, error)
         if to_act:
             eps = [live[k] for k in to_act]
             infos = [e.info if policy.sees_oracle else visible_info(e.info) for e in eps]
@@ -216,6 +223,9 @@ def drive(hosts: Sequence[Host], policy: BatchPolicy, run: RunContext,
                 raise RuntimeError(f"{run.policy_name}.act_batch returned {len(decisions)} decisions for "
                                    f"{len(eps)} contexts")
             for (h, slot), ep, d in zip(to_act, eps, decisions):
+                if d.source == INFRA_SOURCE:  # no action to play: end the episode unscored (see INFRA_SOURCE)
+                    end(h, slot, ep, f"infra:{d.meta.get('infra_kind', 'error')}: {d.meta.get('infra_error', '')}")
+                    continue
                 ep.decision = d
                 outbox[h].append(("step", slot, d.action))
         for h, cmds in outbox.items():

@@ -42,7 +42,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import r2v_envs
-from r2v_agents.episodes import (  # noqa: F401 - RunConfig, TEACHER_SOURCES, episode_key: the runner's API
+from r2v_agents.episodes import (  # noqa: F401 - RunConfig, *_SOURCE(S), episode_key: the runner's API
+    INFRA_SOURCE,
     TEACHER_SOURCES,
     Episode,
     LocalHost,

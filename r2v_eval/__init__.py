@@ -1,5 +1,12 @@
-"""Evaluation of any agent on the perturbed benchmarks, and the statistics every evaluation shares.
+"""r2v_eval: evaluate any agent on any registered benchmark under a grid of seeded perturbations.
+
+``r2v eval`` (or ``python -m r2v_eval``) runs an agent spec (:mod:`r2v_eval.agents`) over env ids x
+perturbation settings x seeds x tasks through the shared runner (:mod:`r2v_eval.grid`), then writes a
+robustness report (:mod:`r2v_eval.robustness`, :mod:`r2v_eval.robustness_report`); :mod:`r2v_eval.stats` holds the
+bootstrap statistics every evaluation shares (the R2V pipeline's Table 1 too). Importing this package is light: the
+agents' heavy dependencies (openai, torch, transformers) load when an agent is built.
 
 Layering: ``r2v_train`` (the R2V chain and its Table 1) -> ``r2v_eval`` -> ``r2v_agents`` -> ``r2v_envs``; nothing
-here imports ``r2v_train``, so evaluating an outside agent needs no training code.
+here imports ``r2v_train``, so evaluating an outside agent needs no training code (run-directory agents are
+registered by ``r2v_train.run_agents``).
 """

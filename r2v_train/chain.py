@@ -42,7 +42,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -53,6 +52,7 @@ from typing import Any
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
+from r2v_envs.provenance import git_revision, package_versions
 from r2v_train import collect, policy_stages, preferences
 from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
@@ -241,31 +241,6 @@ def set_threads(n: int) -> None:
         torch.set_num_threads(max(1, n))
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for pkg in ("r2v", "torch", "transformers", "trl", "peft", "datasets", "tokenizers", "textworld", "gymnasium",
-                "pyarrow", "numpy"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _git_revision() -> str | None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if rev.returncode != 0:
-        return None
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
     path = os.path.join(run_dir, MANIFEST)
     stages: dict[str, Any] = {}
@@ -273,7 +248,7 @@ def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
         with open(path) as fh:
             stages = json.load(fh).get("stages", {})
     c = config
-    manifest = {"config": jsonable(asdict(config)), "versions": _versions(), "git_revision": _git_revision(),
+    manifest = {"config": jsonable(asdict(config)), "versions": package_versions(), "git_revision": git_revision(),
                 "seeds": {"split": 42, "teacher": c.teacher.seed, "replay": list(c.replay.seeds),
                           "bc": c.bc.seed, "preferences": c.preferences.seed, "dpo": c.dpo.seed,
                           "router_data_train": list(c.router_data.train_seeds),

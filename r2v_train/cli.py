@@ -5,6 +5,8 @@
     r2v train --run-dir runs/r2v --preset tiny   # the training chain only (Algorithm 1); also per stage:
     r2v collect | preferences | distill | router-train
     r2v rollout                       # expert + random baseline through perturbed envs, success table
+    r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
+    r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
     r2v textworld-generate --suite default --workers 2
 """
 
@@ -20,6 +22,8 @@ from typing import Any
 import tyro
 
 from r2v_envs.textworld.generate import cache_root, pregenerate
+from r2v_eval.cli import main as eval_main
+from r2v_train import run_agents  # noqa: F401 - registers the slm:/r2v: run-directory agents of `r2v eval`
 from r2v_train.chain import ChainConfig, run_chain
 from r2v_train.configs import preset
 from r2v_train.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
@@ -119,9 +123,11 @@ def main(argv: list[str] | None = None) -> Any:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in CHAIN_COMMANDS:
         return chain_main(argv[1:], stages=CHAIN_COMMANDS[argv[0]])
+    if argv and argv[0] == "eval":  # parses its own arguments (and its compare/show/report subcommands)
+        return eval_main(argv[1:])
     if not argv or argv[0] not in COMMANDS:
         print(__doc__.strip())
-        print("\ncommands: " + ", ".join([*COMMANDS, *CHAIN_COMMANDS]))
+        print("\ncommands: " + ", ".join([*COMMANDS, *CHAIN_COMMANDS, "eval"]))
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
     fn, cls = COMMANDS[argv[0]]
     return fn(tyro.cli(cls, args=argv[1:], prog=f"r2v {argv[0]}"))

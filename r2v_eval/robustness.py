@@ -1,0 +1,209 @@
+"""Robustness metrics of an evaluation grid, computed from the runner's shards alone.
+
+Per (benchmark, perturbation) cell:
+
+* SR over the episodes that ran, with a 95% percentile bootstrap CI over episodes; episodes that could not be run
+  (``error`` set: ``infra:<kind>`` for the agent's infrastructure, anything else an env/sandbox fault) are
+  excluded and counted in their own columns, never scored as losses;
+* the robustness drop vs the clean (``none``) cell: clean SR minus this cell's SR on the same (task, z)
+  episodes, with a paired bootstrap CI (the episodes share tasks and seeds, so pairing removes the task spread);
+* pass^k over seeds (tau-bench): for a task run on n seeds with c successes, C(c, k) / C(n, k), averaged over
+  tasks: the chance that k independent perturbation draws all succeed;
+* worst-seed SR: the lowest per-seed SR (the tail that a CVaR objective cares about);
+* mean steps, tokens, cost and agent latency per episode, and retries (requests retried inside the agent, and
+  episodes rerun by the grid's retry passes).
+
+The bootstrap helpers are the ones the pipeline's Table 1 uses (:func:`r2v_eval.stats.bootstrap_episodes`,
+:func:`r2v_eval.stats.paired_bootstrap`).
+
+Example:
+    >>> pass_hat_k([3, 1, 0], 3, 1), pass_hat_k([3, 1, 0], 3, 2), pass_hat_k([3, 1, 0], 3, 3)
+    (0.4444444444444444, 0.3333333333333333, 0.3333333333333333)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from r2v_agents.shards import load_rows
+from r2v_eval.stats import bootstrap_episodes, paired_bootstrap
+
+CLEAN = "none"
+_INFRA = re.compile(r"^infra:(\w+): (\d+) attempts?; ")
+EPISODE_COLUMNS = ["episode_id", "benchmark", "task_id", "z", "success", "steps", "teacher_calls", "cost", "error"]
+
+
+def env_slug(env_id: str) -> str:
+    """An env id as a directory name (``R2V/TextWorld-v0`` -> ``R2V_TextWorld-v0``)."""
+    return env_id.replace("/", "_").replace(":", "_")
+
+
+def attempt_dirs(cell: str | os.PathLike) -> list[Path]:
+    """The runner directories of a cell: the main run, then its retry passes in order."""
+    cell = Path(cell)
+    retries = sorted((p for p in cell.glob("retry-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1]))
+    return [cell, *retries]
+
+
+def cell_episodes(cell: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """``episode_id -> episode row`` of a cell, the last attempt of each episode winning, with ``attempts``
+    (how many times it ran) and ``dir`` (the runner directory of the attempt that counts)."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in attempt_dirs(cell):
+        for row in load_rows(d, "episodes", columns=EPISODE_COLUMNS):
+            prev = out.get(row["episode_id"])
+            out[row["episode_id"]] = {**row, "attempts": (prev["attempts"] if prev else 0) + 1, "dir": str(d)}
+    return out
+
+
+def failure_kind(error: str | None) -> str | None:
+    """``None`` for an episode that ran, else the kind of failure that stopped it (``infra:<kind>`` or ``env``)."""
+    if error is None:
+        return None
+    m = _INFRA.match(error) or re.match(r"^infra:(\w+)", error)
+    return f"infra:{m.group(1)}" if m else "env"
+
+
+def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per episode: tokens, latency and request retries summed over its logged steps (from step ``meta``)."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: {"tokens": 0.0, "latency_s": 0.0, "retries": 0.0,
+                                                            "has_tokens": 0.0, "has_latency": 0.0})
+    for d in sorted({e["dir"] for e in episodes.values()}):
+        for row in load_rows(d, "steps", columns=["episode_id", "meta"]):
+            if episodes.get(row["episode_id"], {}).get("dir") != d:
+                continue  # a step of an attempt that was superseded by a retry
+            meta = json.loads(row["meta"] or "{}")
+            acc = out[row["episode_id"]]
+            if "prompt_tokens" in meta or "completion_tokens" in meta:
+                acc["tokens"] += meta.get("prompt_tokens", 0) + meta.get("completion_tokens", 0)
+                acc["has_tokens"] = 1.0
+            if "latency_s" in meta:
+                acc["latency_s"] += float(meta["latency_s"])
+                acc["has_latency"] = 1.0
+            acc["retries"] += sum((meta.get("retries") or {}).values())
+    for e in episodes.values():  # the retries of the request that finally failed are in the error text
+        m = _INFRA.match(e["error"] or "")
+        if m:
+            out[e["episode_id"]]["retries"] += int(m.group(2)) - 1
+    return out
+
+
+def pass_hat_k(successes: Sequence[int], n: int, k: int) -> float:
+    """tau-bench's pass^k: mean over tasks of C(c, k) / C(n, k) (``successes[i]`` = c of task i out of n)."""
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}]")
+    return float(np.mean([math.comb(c, k) / math.comb(n, k) for c in successes])) if successes else float("nan")
+
+
+def cell_metrics(cell: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Every metric of one cell (module docstring); SR fields are None when no episode could be run."""
+    eps = cell_episodes(cell)
+    meta = _step_meta(eps)
+    kinds = Counter(k for e in eps.values() if (k := failure_kind(e["error"])) is not None)
+    ran = {k: e for k, e in eps.items() if e["error"] is None}
+    out: dict[str, Any] = {
+        "episodes": len(eps), "scored": len(ran), "not_run": sum(kinds.values()),
+        "not_run_by_kind": dict(sorted(kinds.items())),
+        "request_retries": int(sum(m["retries"] for m in meta.values())),
+        "episode_reruns": int(sum(e["attempts"] - 1 for e in eps.values())),
+        "benchmark": next((e["benchmark"] for e in eps.values()), None),
+        "sr": None, "sr_ci": None, "pass_k": {}, "seed_sr": {}, "worst_seed": None}
+    if ran:
+        r = sorted(ran.values(), key=lambda e: e["episode_id"])
+        b = bootstrap_episodes(np.array([e["success"] for e in r]), np.array([e["steps"] for e in r]),
+                               np.array([e["teacher_calls"] for e in r]), n_boot, seed)
+        out.update(sr=b["sr"], sr_ci=b["sr_ci"])
+        by_seed: dict[int, list[bool]] = defaultdict(list)
+        by_task: dict[str, list[bool]] = defaultdict(list)
+        for e in r:
+            by_seed[int(e["z"])].append(bool(e["success"]))
+            by_task[e["task_id"]].append(bool(e["success"]))
+        out["seed_sr"] = {str(z): 100 * float(np.mean(v)) for z, v in sorted(by_seed.items())}
+        z_worst = min(by_seed, key=lambda z: (np.mean(by_seed[z]), z))
+        out["worst_seed"] = {"z": z_worst, "sr": 100 * float(np.mean(by_seed[z_worst]))}
+        n = max(len(v) for v in by_task.values())
+        full = [sum(v) for v in by_task.values() if len(v) == n]  # pass^k needs every seed of a task to have run
+        out["pass_k"] = {str(k): 100 * pass_hat_k(full, n, k) for k in range(1, n + 1)} if full else {}
+        out["pass_k_tasks"] = len(full)
+        out["mean_steps"] = float(np.mean([e["steps"] for e in r]))
+        out["mean_cost"] = float(np.mean([e["cost"] for e in r]))
+        m = [meta[e["episode_id"]] for e in r if e["episode_id"] in meta]
+        has_tok = [x["tokens"] for x in m if x["has_tokens"]]
+        has_lat = [x["latency_s"] for x in m if x["has_latency"]]
+        out["mean_tokens"] = float(np.mean(has_tok)) if has_tok else None
+        out["mean_latency_s"] = float(np.mean(has_lat)) if has_lat else None
+    return out
+
+
+def outcomes(cell: str | os.PathLike) -> dict[str, tuple[float, int, int]]:
+    """``episode_id -> (success, steps, teacher steps)`` of the episodes of a cell that ran (paired comparisons)."""
+    return {k: (float(e["success"]), int(e["steps"]), int(e["teacher_calls"]))
+            for k, e in cell_episodes(cell).items() if e["error"] is None}
+
+
+def paired_drop(a: Mapping[str, tuple[float, int, int]], b: Mapping[str, tuple[float, int, int]],
+                n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """SR of ``a`` minus SR of ``b`` (points) over the episodes both ran, with a paired bootstrap CI."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None
+    d = paired_bootstrap({k: a[k] for k in common}, {k: b[k] for k in common}, n_boot, seed)
+    return {"episodes": d["episodes"], "sr_diff": d["sr_diff"], "sr_diff_ci": d["sr_diff_ci"]}
+
+
+def cells_of(out_dir: str | os.PathLike) -> list[tuple[str, str, Path]]:
+    """``(env slug, setting, cell dir)`` of every cell of an evaluation directory, in manifest order."""
+    out = Path(out_dir)
+    order: list[tuple[str, str]] = []
+    mpath = out / "manifest.json"
+    if mpath.exists():
+        grid = json.loads(mpath.read_text())["grid"]
+        names = [Path(p).stem if p.endswith((".yaml", ".yml")) else p for p in grid["perturbations"]]
+        order = [(env_slug(e), s) for e in grid["env_ids"] for s in names]
+    found = {(p.parent.name, p.name) for p in (out / "runs").glob("*/*") if p.is_dir()}
+    keys = [k for k in order if k in found] + sorted(found - set(order))
+    return [(e, s, out / "runs" / e / s) for e, s in keys]
+
+
+def summarise(out_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """``results.json`` of an evaluation directory: the manifest, every cell's metrics and its drop vs clean."""
+    out = Path(out_dir)
+    cells = []
+    for env, setting, cdir in cells_of(out):
+        m = cell_metrics(cdir, n_boot, seed)
+        clean = out / "runs" / env / CLEAN
+        m["drop_vs_clean"] = None
+        if setting != CLEAN and clean.is_dir():
+            d = paired_drop(outcomes(clean), outcomes(cdir), n_boot, seed)
+            m["drop_vs_clean"] = d and {"episodes": d["episodes"], "drop": d["sr_diff"], "drop_ci": d["sr_diff_ci"]}
+        cells.append({"env": env, "perturbation": setting, "run_dir": os.path.relpath(cdir, out), **m})
+    manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+    return {"agent": manifest.get("agent"), "grid": manifest.get("grid"), "bootstrap": n_boot,
+            "bootstrap_seed": seed, "cells": cells}
+
+
+def compare(a_dir: str | os.PathLike, b_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0
+            ) -> list[dict[str, Any]]:
+    """Run A minus run B per shared cell: SR points with paired CIs over the episodes both ran."""
+    a_cells = {(e, s): d for e, s, d in cells_of(a_dir)}
+    rows = []
+    for e, s, d in cells_of(b_dir):
+        if (e, s) not in a_cells:
+            continue
+        oa, ob = outcomes(a_cells[(e, s)]), outcomes(d)
+        diff = paired_drop(oa, ob, n_boot, seed)
+        sr = lambda o, keys: 100 * float(np.mean([o[k][0] for k in keys])) if keys else None  # noqa: E731
+        common = sorted(set(oa) & set(ob))
+        rows.append({"env": e, "perturbation": s, "episodes": len(common), "sr_a": sr(oa, common),
+                     "sr_b": sr(ob, common), "diff": None if diff is None else diff["sr_diff"],
+                     "diff_ci": None if diff is None else diff["sr_diff_ci"]})
+    return rows

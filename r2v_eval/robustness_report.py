@@ -1,0 +1,182 @@
+"""The robustness report of ``r2v eval``: ``results.json``, ``report.md`` and ``sr_by_perturbation.png``.
+
+Every number comes from :func:`r2v_eval.robustness.summarise` over the runner's shards; the report only
+renders it. :func:`show_episode` prints one logged episode as the agent saw it, perturbation events marked.
+
+Example:
+    >>> fmt_ci([41.234, 60.0])
+    '[41.2, 60.0]'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from r2v_agents.shards import load_rows, write_json_atomic
+from r2v_eval.robustness import CLEAN, cell_episodes, cells_of, compare, summarise
+
+RESULTS_FILE = "results.json"
+REPORT_FILE = "report.md"
+PLOT_FILE = "sr_by_perturbation.png"
+
+
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def fmt_ci(ci: Sequence[float] | None) -> str:
+    return "-" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+
+
+def write_report(out_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Compute the results of an evaluation directory and write the JSON, the markdown report and the plot."""
+    out = Path(out_dir)
+    results = summarise(out, n_boot, seed)
+    write_json_atomic(out / RESULTS_FILE, results)
+    plot = plot_sr(results, out / PLOT_FILE)
+    (out / REPORT_FILE).write_text(render(results, plot))
+    return results
+
+
+def render(results: Mapping[str, Any], plot: str | None = None) -> str:
+    """The markdown report of a ``results.json``."""
+    agent, grid = results.get("agent") or {}, results.get("grid") or {}
+    lines = [f"# Robustness of `{agent.get('name', '?')}`", ""]
+    if grid:
+        lines += [f"Envs: {', '.join(grid['env_ids'])}; split `{grid['split']}`"
+                  + (f" (first {grid['tasks']} tasks)" if grid.get("tasks") else "")
+                  + f"; seeds {list(grid['seeds'])}; perturbations {', '.join(grid['perturbations'])}.", ""]
+    lines += ["SR over the episodes that ran, 95% bootstrap CI over episodes "
+              f"({results['bootstrap']} resamples). Drop = clean SR minus this SR on the same (task, seed) "
+              "episodes, paired 95% CI. pass^k over seeds as in tau-bench; worst seed = lowest per-seed SR. "
+              "*Not run* = episodes that could not be run (agent infrastructure after retries, or env faults): "
+              "excluded from SR, never scored as losses. Retries = requests retried inside the agent / episodes "
+              "rerun by the grid.", ""]
+    head = ["benchmark", "perturbation", "episodes", "SR (%)", "SR 95% CI", "drop (points)", "drop 95% CI",
+            "pass^k (k=1..n)", "worst seed SR", "steps", "tokens", "cost", "latency (s)", "not run", "retries"]
+    lines += ["## SR by benchmark and perturbation", "", "| " + " | ".join(head) + " |",
+              "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
+    for c in results["cells"]:
+        d = c.get("drop_vs_clean")
+        pk = " / ".join(fmt(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c["pass_k"] else "-"
+        worst = "-" if not c["worst_seed"] else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
+        kinds = ", ".join(f"{k} {v}" for k, v in c["not_run_by_kind"].items())
+        lines.append("| " + " | ".join([
+            str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt(c["sr"]), fmt_ci(c["sr_ci"]),
+            "-" if c["perturbation"] == CLEAN or not d else fmt(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
+            pk, worst, fmt(c.get("mean_steps")), fmt(c.get("mean_tokens"), 0), fmt(c.get("mean_cost"), 4),
+            fmt(c.get("mean_latency_s"), 2), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
+            f"{c['request_retries']} / {c['episode_reruns']}"]) + " |")
+    lines.append("")
+    if plot:
+        lines += [f"![SR by perturbation]({os.path.basename(plot)})", ""]
+    lines += ["Trajectories: each cell's `run_dir` holds the runner's Parquet shards "
+              "(`datasets.load_dataset(\"parquet\", data_files=\"<run_dir>/steps-*.parquet\")`); "
+              "`r2v eval show <out> --episode <task@z>` prints one episode as the agent saw it.", ""]
+    return "\n".join(lines)
+
+
+def plot_sr(results: Mapping[str, Any], path: str | os.PathLike) -> str | None:
+    """A grouped bar chart of SR by perturbation (one group per benchmark) with 95% CI error bars."""
+    cells = [c for c in results["cells"] if c["sr"] is not None]
+    if not cells:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(dict.fromkeys(c["env"] for c in cells))
+    settings = list(dict.fromkeys(c["perturbation"] for c in cells))
+    width = 0.8 / len(settings)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(envs) * len(settings) ** 0.5 + 2), 3.6))
+    for j, s in enumerate(settings):
+        xs, ys, lo, hi = [], [], [], []
+        for i, e in enumerate(envs):
+            c = next((c for c in cells if c["env"] == e and c["perturbation"] == s), None)
+            if c is None:
+                continue
+            xs.append(i + (j - (len(settings) - 1) / 2) * width)
+            ys.append(c["sr"])
+            lo.append(c["sr"] - c["sr_ci"][0])
+            hi.append(c["sr_ci"][1] - c["sr"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=s)
+    labels = [next(c["benchmark"] or e for c in cells if c["env"] == e) for e in envs]
+    ax.set_xticks(range(len(envs)), labels)
+    ax.set_ylabel("success rate (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"{(results.get('agent') or {}).get('name', '')}: SR by perturbation (95% CI)")
+    ax.legend(fontsize=8, ncol=min(3, len(settings)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def compare_text(a_dir: str | os.PathLike, b_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> str:
+    """``r2v eval compare A B``: A minus B per shared cell, paired over the episodes both ran."""
+    rows = compare(a_dir, b_dir, n_boot, seed)
+    if not rows:
+        return f"{a_dir} and {b_dir} share no (benchmark, perturbation) cell"
+    lines = [f"A = {a_dir}", f"B = {b_dir}", "",
+             "| env | perturbation | paired episodes | SR A (%) | SR B (%) | A - B (points) | 95% CI |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['env']} | {r['perturbation']} | {r['episodes']} | {fmt(r['sr_a'])} | {fmt(r['sr_b'])} "
+                     f"| {fmt(r['diff'])} | {fmt_ci(r['diff_ci'])} |")
+    return "\n".join(lines)
+
+
+def find_episode(out_dir: str | os.PathLike, episode_id: str, env: str | None = None,
+                 perturbation: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(env, perturbation, episode row)`` of every cell holding ``episode_id`` (optionally one cell)."""
+
+    found = []
+    for e, s, cdir in cells_of(out_dir):
+        if (env and env not in (e, e.replace("_", "/"))) or (perturbation and s != perturbation):
+            continue
+        row = cell_episodes(cdir).get(episode_id)
+        if row is not None:
+            found.append((e, s, row))
+    return found
+
+
+def show_episode(out_dir: str | os.PathLike, episode_id: str, env: str | None = None,
+                 perturbation: str | None = None, max_obs_chars: int = 2000) -> str:
+    """One episode as the agent saw it: goal, each observation (perturbation events marked) and action."""
+
+    found = find_episode(out_dir, episode_id, env, perturbation)
+    if not found:
+        raise KeyError(f"no episode {episode_id!r} in {out_dir} (episode ids are <task_id>@<z>)")
+    blocks = []
+    for e, s, row in found:
+        steps = [r for r in load_rows(row["dir"], "steps") if r["episode_id"] == episode_id]
+        steps.sort(key=lambda r: r["t"])
+        head = (f"=== {episode_id} | {e} | perturbation {s} | "
+                f"{'success' if row['success'] else 'failure'} in {row['steps']} steps, attempt {row['attempts']}")
+        lines = [head + (f" | NOT RUN: {row['error']}" if row["error"] else "") + " ==="]
+        if steps:
+            lines.append(f"Goal: {steps[0]['goal']}")
+        for r in steps:
+            events = json.loads(r["perturbations"] or "[]")
+            lines.append(f"--- t={r['t']}" + (f"  [PERTURBED: {'; '.join(_event(ev) for ev in events)}]" if events
+                                              else ""))
+            if r["t"] > 0 and steps[r["t"] - 1]["goal"] != r["goal"]:
+                lines.append(f"(goal now reads: {r['goal']})")
+            obs = r["observation"]
+            lines.append(obs if len(obs) <= max_obs_chars else obs[:max_obs_chars] + " ...")
+            if r["admissible_actions"] is not None:
+                lines.append("admissible: " + " | ".join(r["admissible_actions"]))
+            lines.append(f">>> {r['action']}" + (f"   (reward {r['reward']:g})" if r["reward"] else ""))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _event(ev: Mapping[str, Any]) -> str:
+    detail = ev.get("detail")
+    text = detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True) if detail else ""
+    return f"{ev.get('type')}/{ev.get('channel')}" + (f" {text[:80]}" if text else "")
