@@ -21,7 +21,7 @@ def _modules() -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
         for path in (ROOT / pkg).rglob("*.py"):
-            if "tasks" in path.relative_to(ROOT / pkg).parts[:-1] and pkg == "r2v_envs":
+            if "shipped_tasks" in path.relative_to(ROOT / pkg).parts[:-1]:
                 continue  # shipped benchmark task files are data, not r2v code
             rel = path.relative_to(ROOT).with_suffix("")
             parts = list(rel.parts)

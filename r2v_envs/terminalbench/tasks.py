@@ -9,7 +9,7 @@
   ``tests/test.sh`` and ``solution/solve.sh``.
 
 A suite is any directory of such task directories, in either format: the shipped one
-(``r2v_envs/terminalbench/tasks``) or a clone of a task repository. :func:`load_suite` skips malformed tasks with
+(``r2v_envs/terminalbench/shipped_tasks``) or a clone of a task repository. :func:`load_suite` skips malformed tasks with
 one :class:`TaskFormatWarning` that lists them.
 
 Success is judged from the JUnit XML report of the judge's own pytest (:mod:`r2v_envs.terminalbench.runtime`):
@@ -42,7 +42,7 @@ from r2v_envs.errors import R2VError, UnknownChoiceError
 
 FORMATS = ("terminal-bench", "harbor")
 
-SHIPPED_TASKS_DIR = Path(__file__).parent / "tasks"
+SHIPPED_TASKS_DIR = Path(__file__).parent / "shipped_tasks"
 DEFAULT_AGENT_TIMEOUT_S = 360.0  # Terminal-Bench's defaults
 DEFAULT_TEST_TIMEOUT_S = 60.0
 DEFAULT_STEP_TIMEOUT_S = 180.0  # Terminal-Bench's TerminalCommand.max_timeout_sec default
