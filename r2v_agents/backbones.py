@@ -104,8 +104,8 @@ def smollm2_dir(cache: str | os.PathLike | None = None) -> str:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        info = {"source": str(gguf), "gguf_bytes": gguf.stat().st_size, "convert_s": round(time.perf_counter() - t0, 1),
-                "parameters": sum(p.numel() for p in model.parameters())}
+        info = {"source": str(gguf), "gguf_bytes": gguf.stat().st_size,
+                "convert_s": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in model.parameters())}
         (tmp / DONE_FILE).write_text(json.dumps(info, indent=1))
         if final.exists():  # an incomplete copy (no done file) or one another process just finished
             if (final / DONE_FILE).is_file():

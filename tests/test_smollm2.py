@@ -2,8 +2,8 @@
 
 One model (the session fixture ``smollm2`` of tests/conftest.py) samples K candidates with per-token log-probs
 through the SLM policy on one short episode of every benchmark, answers as a local teacher, and takes a few LoRA
-BC steps on chat-templated rows. 106-162 s on 2 cores shared with other jobs once the model is cached (the first session on a
-machine converts the GGUF file first, about 45 s more); marked slow, still in the default run.
+BC steps on chat-templated rows. 106-162 s on 2 cores shared with other jobs once the model is cached (the first
+session on a machine converts the GGUF file first, about 45 s more); marked slow, still in the default run.
 """
 
 from __future__ import annotations
