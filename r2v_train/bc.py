@@ -103,10 +103,12 @@ def bc_dataset(rows: Any) -> Any:
     if bad:
         raise ValueError(f"BC rows {bad[:5]} have a non-text prompt or an empty completion")
     head = ds.select(range(min(100, len(ds))))
-    if any(not c.startswith(" ") or p.endswith((" ", "\n")) for p, c in zip(head["prompt"], head["completion"])):
-        warnings.warn("BC completions should start with a space and prompts end without one (r2v_agents.prompts."
-                      "format_completion): otherwise prompt and completion tokens merge at the boundary (SFT keeps "
-                      "only their common prefix as the prompt)",
+    # a token boundary: " action" after a prompt ending in text, or "action" after a chat turn's opening newline
+    if any(not (c.startswith(" ") and not p.endswith((" ", "\n"))) and not (p.endswith("\n") and not c[:1].isspace())
+           for p, c in zip(head["prompt"], head["completion"])):
+        warnings.warn("BC completions should start with a space and prompts end without one, or prompts end with a "
+                      "newline (a chat template's assistant turn) and completions start with text (r2v_agents.prompts."
+                      "format_completion): otherwise prompt and completion tokens merge at the boundary",
                       stacklevel=2)
     return ds.select_columns(["prompt", "completion"])
 

