@@ -161,12 +161,7 @@ class OpenAITeacher(BatchPolicy):
             except Exception as e:  # noqa: BLE001 - malformed body or a 4xx: not worth a retry
                 self._error(type(e).__name__)
                 return None
-            cost = (p_tok * cfg.price_in_per_mtok + c_tok * cfg.price_out_per_mtok) / 1e6
-            with self._lock:
-                self.stats.replies += 1
-                self.stats.prompt_tokens += p_tok
-                self.stats.completion_tokens += c_tok
-                self.stats.cost += cost
+            cost = self._account(p_tok, c_tok)
             return Decision(action=action, source="teacher", cost=cost,
                             meta={"prompt_tokens": p_tok, "completion_tokens": c_tok, "attempts": attempt + 1})
         return None
@@ -185,6 +180,17 @@ class OpenAITeacher(BatchPolicy):
     def _error(self, kind: str) -> None:
         with self._lock:
             self.stats.errors[kind] += 1
+
+    def _account(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """Count one reply's tokens and cost (USD at the configured per-million prices); returns the cost."""
+        cfg = self.config
+        cost = (prompt_tokens * cfg.price_in_per_mtok + completion_tokens * cfg.price_out_per_mtok) / 1e6
+        with self._lock:
+            self.stats.replies += 1
+            self.stats.prompt_tokens += prompt_tokens
+            self.stats.completion_tokens += completion_tokens
+            self.stats.cost += cost
+        return cost
 
     def query_batch(self, contexts: Sequence[Context], infos: Sequence[Mapping[str, Any]] = ()
                     ) -> list[Decision | None]:

@@ -182,12 +182,7 @@ class OpenAIChatAgent(OpenAITeacher):
             usage = getattr(resp, "usage", None)
             p_tok = int(getattr(usage, "prompt_tokens", 0) or 0)
             c_tok = int(getattr(usage, "completion_tokens", 0) or 0)
-            cost = (p_tok * cfg.price_in_per_mtok + c_tok * cfg.price_out_per_mtok) / 1e6
-            with self._lock:
-                self.stats.replies += 1
-                self.stats.prompt_tokens += p_tok
-                self.stats.completion_tokens += c_tok
-                self.stats.cost += cost
+            cost = self._account(p_tok, c_tok)
             # An empty or unparseable reply is the agent's own answer: it is played (the env answers with
             # feedback), not retried.
             return Decision(action=self.parser(content or ""), source="agent", cost=cost,

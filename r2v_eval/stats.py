@@ -9,6 +9,8 @@ Example:
     ...                         n_boot=200, seed=0)
     >>> ci["sr"], ci["llm_pct"]
     (75.0, 50.0)
+    >>> ci["sr_ci"][0] <= ci["sr"] <= ci["sr_ci"][1]
+    True
 """
 
 from __future__ import annotations

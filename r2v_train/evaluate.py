@@ -21,14 +21,12 @@ bootstrap intervals over episodes (resampled with a fixed seed; LLM% as a ratio 
 calibration (ECE, Brier, reliability bins; Table 6 columns) is measured on the validation router rows
 (f_t, y_t) of SLM-only rollouts. Everything lands in ``<out>/results.json``, which the report renders.
 
+The statistics (bootstrap CIs, paired differences, the Pareto front) are :mod:`r2v_eval.stats`, shared with
+``r2v eval``.
+
 Example:
-    >>> import numpy as np
-    >>> ci = bootstrap_episodes(np.array([1, 0, 1, 1]), np.array([2, 4, 2, 2]), np.array([0, 4, 0, 1]),
-    ...                         n_boot=200, seed=0)
-    >>> ci["sr"], ci["llm_pct"]
-    (75.0, 50.0)
-    >>> ci["sr_ci"][0] <= ci["sr"] <= ci["sr_ci"][1]
-    True
+    >>> METHODS
+    ('slm', 'entropy', 'heuristic', 'r2v', 'oracle', 'llm')
 """
 
 from __future__ import annotations
