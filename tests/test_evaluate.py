@@ -102,11 +102,11 @@ def test_router_calibration_on_validation(evaluated):
 
 def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
     tmp, results = evaluated
-    import r2v_agents.runner as runner
+    import r2v_train.evaluate as evaluation  # the module that calls the runner
 
     seen = []
-    real = runner.run
-    monkeypatch.setattr(runner, "run", lambda *a, **k: seen.append(real(*a, **k).episodes))
+    real = evaluation.run
+    monkeypatch.setattr(evaluation, "run", lambda *a, **k: seen.append(real(*a, **k).episodes))
     again = evaluate(make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid")),
                      eval_config(), tmp / "eval")
     assert seen and not any(seen)
