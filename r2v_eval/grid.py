@@ -27,8 +27,8 @@ from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.runner import RunConfig, run
-from r2v_agents.shards import write_json_atomic
 from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.fileio import write_json_atomic
 from r2v_envs.perturbations.composite import parse_perturbations
 from r2v_envs.provenance import git_revision, package_versions
 from r2v_eval.robustness import cell_episodes, env_slug

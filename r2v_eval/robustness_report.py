@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from r2v_agents.shards import load_rows, write_json_atomic
+from r2v_agents.shards import load_rows
+from r2v_envs.fileio import write_json_atomic
 from r2v_eval.robustness import CLEAN, cell_episodes, cells_of, compare, summarise
 
 RESULTS_FILE = "results.json"
