@@ -90,15 +90,15 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
     if unknown:
         raise UnknownChoiceError("pipeline config key", sorted(unknown)[0], keys)
     chain = _override(preset(data.get("preset", "default")), data.get("chain") or {})
-    # ``progress:`` (default true) switches every bar of the run at once; a section's own ``progress`` wins
-    on = bool(data.get("progress", True))
-    chain_set = data.get("chain") or {}
-    chain = dataclasses.replace(chain, progress=chain_set.get("progress", on),
-                                router=dataclasses.replace(chain.router, progress=(chain_set.get("router") or {})
-                                                           .get("progress", on)))
+    # a top-level ``progress:`` switches every bar of the run at once; a section's own ``progress`` wins
+    chain_set, top = data.get("chain") or {}, {"progress": data["progress"]} if "progress" in data else {}
+    if top:
+        chain = dataclasses.replace(chain, progress=chain_set.get("progress", top["progress"]),
+                                    router=dataclasses.replace(chain.router, progress=(chain_set.get("router") or {})
+                                                               .get("progress", top["progress"])))
     env = chain.env  # the evaluation runs on the chain's env unless the file says otherwise
     ev = EvalConfig(env_id=env.env_id, env_kwargs=dict(env.env_kwargs), max_steps=env.max_steps, workers=env.workers)
-    ev = _override(ev, {"progress": on, **(data.get("evaluate") or {})})
+    ev = _override(ev, {**top, **(data.get("evaluate") or {})})
 
     for a in data.get("ablations") or ():
         if a not in ABLATION_NAMES:
@@ -170,9 +170,9 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     games = GamePrefetch(needed_games(cfg), workers=os.cpu_count() or 2, progress=cfg.chain.progress)
     try:
         games.start()
-        timings["games"] = time.perf_counter() - t0
+        games_s = time.perf_counter() - t0
         chain_out = run_chain(cfg.chain, run_dir, before_stage=lambda s: games.wait(STAGE_NEEDS.get(s, ())))
-        timings["chain"] = time.perf_counter() - t0 - timings["games"]
+        timings["chain"] = time.perf_counter() - t0  # the up-front games included, as before
         games.wait(STAGE_NEEDS["evaluate"])
         t = time.perf_counter()
         say(f"evaluation: {', '.join(ev.methods)} on the {ev.split} split, seeds {tuple(ev.seeds)}, conditions "
@@ -187,10 +187,11 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     finally:
         games.close()
     timings["total"] = time.perf_counter() - t0
+    timings["games_up_front"] = games_s  # in pipeline.json only: the report's Run section keeps its lines
     stage_times = [f"{s} " + ("(done before)" if o.get("skipped") else f"{o.get('wall_s', 0):.0f} s")
                    for s, o in chain_out.items()]
     extra = {"chain stages": ", ".join(stage_times),
-             **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items()}}
+             **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items() if k != "games_up_front"}}
     report = write_report(run_dir, extra=extra)
     summary = {"config": jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
                "main": results["conditions"][results["main_condition"]],

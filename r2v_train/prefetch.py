@@ -154,7 +154,8 @@ class GamePrefetch:
                     self._cond:
                 while any(self._left[g] for g in groups) and not any(g in self._errors for g in groups):
                     self._cond.wait(timeout=1.0)
-                    bar.update(left - sum(self._left[g] for g in groups) - bar.n)
+                    done = left - sum(self._left[g] for g in groups)
+                    bar.update(done - bar.n) if done != bar.n else bar.refresh()  # the clock ticks between games
             if not self.progress:
                 say(f"TextWorld games ({names}): {left} generated in {time.perf_counter() - t0:.0f} s")
         for g in groups:

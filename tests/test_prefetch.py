@@ -127,7 +127,9 @@ def test_run_chain_says_what_each_stage_does_on_stderr(tmp_path, capsys):
 def test_progress_key_switches_every_bar_and_a_section_wins():
     off = load_config({"preset": "tiny", "progress": False})
     assert (off.chain.progress, off.chain.router.progress, off.evaluate.progress) == (False, False, False)
-    on = load_config({"preset": "tiny"})
+    on = load_config({"preset": "tiny", "progress": True})  # the tiny preset's router has no bar of its own
     assert (on.chain.progress, on.chain.router.progress, on.evaluate.progress) == (True, True, True)
     mixed = load_config({"preset": "tiny", "progress": False, "evaluate": {"progress": True}})
     assert (mixed.chain.progress, mixed.evaluate.progress) == (False, True)
+    default = load_config(None)  # the shipped default config: every bar on
+    assert (default.chain.progress, default.chain.router.progress, default.evaluate.progress) == (True, True, True)

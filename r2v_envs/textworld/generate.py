@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from r2v_envs.core import cache_dir
@@ -117,9 +117,13 @@ def generate_games(specs: Sequence[GameSpec], workers: int = 2, root: Path | Non
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
             tqdm(total=len(specs), desc=desc, unit="game", disable=not progress) as bar:
         futures = {pool.submit(ensure_game, s, root): i for i, s in enumerate(specs)}
-        for fut in as_completed(futures):
-            paths[futures[fut]] = fut.result()
-            bar.update(1)
+        pending = set(futures)
+        while pending:
+            # a game takes 3-10 s on 2 cores: redraw every second so the elapsed time keeps moving
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                paths[futures[fut]] = fut.result()
+            bar.update(len(finished)) if finished else bar.refresh()
     return paths
 
 
