@@ -55,6 +55,7 @@ from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.provenance import git_revision, package_versions
 from r2v_train import collect, policy_stages, preferences
 from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
+from r2v_train.narrate import describe_stage, duration, eta_text, say
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
 from r2v_train.router_train import RouterData, RouterTrainConfig, train_router
@@ -82,6 +83,8 @@ class ChainConfig:
     router: RouterTrainConfig = field(default_factory=lambda: RouterTrainConfig(progress=False))
     threads: int = 2
     """torch CPU threads of the training stages"""
+    progress: bool = True
+    """progress bars of the runner stages (teacher, replay, router_data) on stderr; False for logs"""
 
 
 def stage_paths(run_dir: str | os.PathLike) -> dict[str, str]:
@@ -102,11 +105,12 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
 
     def teacher(c, d):
         tasks = collect.load_split(os.path.join(d, "split"))["used"]["train"]
-        s = collect.teacher_stage(c.env, c.teacher, tasks, os.path.join(d, "teacher"))
+        s = collect.teacher_stage(c.env, c.teacher, tasks, os.path.join(d, "teacher"), progress=c.progress)
         return {"dir": s.out_dir, "episodes": s.episodes + s.skipped, "success_rate": _success(s.out_dir)}
 
     def replay(c, d):
-        s = collect.replay_stage(c.env, c.replay, os.path.join(d, "teacher"), os.path.join(d, "replay"))
+        s = collect.replay_stage(c.env, c.replay, os.path.join(d, "teacher"), os.path.join(d, "replay"),
+                                 progress=c.progress)
         return {"dir": s.out_dir, "episodes": s.episodes + s.skipped, "success_rate": _success(s.out_dir)}
 
     def bc(c, d):
@@ -123,7 +127,7 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
     def router_data(c, d):
         split_ = collect.load_split(os.path.join(d, "split"))
         out = collect.router_data_stage(c.env, c.router_data, stage_paths(d)["dpo_model"], split_,
-                                        os.path.join(d, "router_data"))
+                                        os.path.join(d, "router_data"), progress=c.progress)
         return {part: {"dir": s["out_dir"], "success_rate": _success(s["out_dir"])} for part, s in out.items()}
 
     def router(c, d):
@@ -162,12 +166,14 @@ def read_marker(run_dir: str | os.PathLike, stage: str) -> dict[str, Any] | None
 
 
 def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[str] | None = None,
-              force: Sequence[str] = (), stop_at_missing: bool = False) -> dict[str, dict[str, Any]]:
+              force: Sequence[str] = (), stop_at_missing: bool = False,
+              before_stage: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Run the stages in order over ``run_dir``; returns {stage: {"dir", "outputs", "wall_s", "skipped"}}.
 
     ``only`` restricts the run to those stages (their upstream stages must be complete, else RuntimeError, or
     with ``stop_at_missing`` the run stops there); ``force`` reruns stages even when complete (and, through
-    the keys, everything after them).
+    the keys, everything after them). ``before_stage(stage)`` is called before a stage runs (not when it is
+    skipped). Each stage gets one line on stderr: what it does and, if it ran here before, its last wall time.
     """
     unknown = [s for s in (*(only or ()), *force) if s not in STAGES]
     if unknown:
@@ -200,11 +206,17 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
             ids[stage] = marker["run_id"]
             results[stage] = {"dir": sdir, "outputs": marker["outputs"], "wall_s": marker["wall_s"], "skipped": True}
             manifest["stages"][stage] = {"status": "skipped", "wall_s": marker["wall_s"], "run_id": marker["run_id"]}
+            say(f"{_step(stage)} {stage}: done before ({duration(marker['wall_s'])}), skipped")
             continue
+        if before_stage is not None:
+            before_stage(stage)
+        say(f"{_step(stage)} {stage}: {describe_stage(config, stage, results.get('split', {}).get('outputs', {}))}"
+            f"{eta_text((manifest['stages'].get(stage) or {}).get('wall_s'))}")
         _prepare_dir(sdir, key)
         t0 = time.perf_counter()
         outputs = jsonable(fns[stage](config, run_dir))
         wall = time.perf_counter() - t0
+        say(f"{_step(stage)} {stage}: finished in {duration(wall)}")
         marker = {"stage": stage, "key": key, "run_id": uuid.uuid4().hex,
                   "config": jsonable(asdict(getattr(config, stage))),
                   "outputs": outputs, "wall_s": wall, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -215,6 +227,10 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
         write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
     write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
     return results
+
+
+def _step(stage: str) -> str:
+    return f"stage {STAGES.index(stage) + 1}/{len(STAGES)}"
 
 
 def _prepare_dir(sdir: str, key: str) -> None:

@@ -183,12 +183,13 @@ def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
     raise UnknownChoiceError("teacher", cfg.teacher, ["oracle", "openai", "hf"])
 
 
-def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], out_dir: str | os.PathLike):
+def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], out_dir: str | os.PathLike,
+                  progress: bool = True):
     """Clean teacher episodes (D_exp) on ``task_ids``; returns the runner's summary."""
 
     rc = RunConfig(env.env_id, os.fspath(out_dir), task_ids=tuple(task_ids), seeds=(cfg.seed,), split="train",
                    env_kwargs={**env.env_kwargs, "perturbations": None}, max_steps=env.max_steps,
-                   workers=env.workers, progress=False,
+                   workers=env.workers, progress=progress,
                    # a local model teacher batches across envs in this process instead of a copy per worker
                    policy_in_workers=env.workers > 0 and cfg.teacher != "hf")
     return run(make_teacher(cfg), rc, policy_name=cfg.teacher)
@@ -240,7 +241,8 @@ def logged_actions(run_dir: str | os.PathLike, successful_only: bool = True) -> 
     return seqs
 
 
-def replay_stage(env: EnvConfig, cfg: ReplayConfig, teacher_dir: str | os.PathLike, out_dir: str | os.PathLike):
+def replay_stage(env: EnvConfig, cfg: ReplayConfig, teacher_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                 progress: bool = True):
     """Replay the successful clean trajectories of ``teacher_dir`` under ``cfg.seeds`` (D_pert)."""
 
     actions = logged_actions(teacher_dir)
@@ -248,7 +250,7 @@ def replay_stage(env: EnvConfig, cfg: ReplayConfig, teacher_dir: str | os.PathLi
         raise ValueError(f"{teacher_dir} holds no successful teacher episode to replay")
     rc = RunConfig(env.env_id, os.fspath(out_dir), task_ids=tuple(sorted(actions)), seeds=tuple(cfg.seeds),
                    split="train", env_kwargs={**env.env_kwargs, "perturbations": cfg.perturbations},
-                   max_steps=env.max_steps, workers=env.workers, policy_in_workers=env.workers > 0, progress=False)
+                   max_steps=env.max_steps, workers=env.workers, policy_in_workers=env.workers > 0, progress=progress)
     return run(ReplayPolicy(actions), rc, policy_name="replay")
 
 
@@ -284,7 +286,7 @@ def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWor
 
 
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],
-                      out_dir: str | os.PathLike) -> dict[str, Any]:
+                      out_dir: str | os.PathLike, progress: bool = True) -> dict[str, Any]:
     """SLM-only rollouts into ``out_dir/train`` and ``out_dir/valid``; returns both runner summaries."""
 
     policy = slm_policy(model_dir, cfg, env.env_id)
@@ -294,6 +296,6 @@ def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, spl
         rc = RunConfig(env.env_id, os.path.join(out_dir, part), task_ids=tuple(split["used"][part]),
                        seeds=tuple(seeds), split=part,
                        env_kwargs={**env.env_kwargs, "perturbations": cfg.perturbations},
-                       max_steps=cfg.max_steps or env.max_steps, workers=env.workers, progress=False)
+                       max_steps=cfg.max_steps or env.max_steps, workers=env.workers, progress=progress)
         out[part] = asdict(run(policy, rc, policy_name="slm"))
     return out

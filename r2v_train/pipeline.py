@@ -37,7 +37,9 @@ from r2v_train.chain import run_chain, set_threads, stage_paths
 from r2v_train.collect import make_sampler, make_teacher, slm_policy
 from r2v_train.configs import preset
 from r2v_train.evaluate import METHOD_LABELS, Agents, EvalConfig, evaluate, methods_table
+from r2v_train.narrate import say
 from r2v_train.policy_stages import dpo_stage
+from r2v_train.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
 from r2v_train.report import ablation_table, write_report
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -83,14 +85,20 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
             data = yaml.safe_load(fh) or {}
     else:
         data = dict(source)
-    unknown = set(data) - {"preset", "chain", "evaluate", "ablations", "description"}
+    keys = ["preset", "chain", "evaluate", "ablations", "description", "progress"]
+    unknown = set(data) - set(keys)
     if unknown:
-        raise UnknownChoiceError("pipeline config key", sorted(unknown)[0],
-                                 ["preset", "chain", "evaluate", "ablations", "description"])
+        raise UnknownChoiceError("pipeline config key", sorted(unknown)[0], keys)
     chain = _override(preset(data.get("preset", "default")), data.get("chain") or {})
+    # a top-level ``progress:`` switches every bar of the run at once; a section's own ``progress`` wins
+    chain_set, top = data.get("chain") or {}, {"progress": data["progress"]} if "progress" in data else {}
+    if top:
+        chain = dataclasses.replace(chain, progress=chain_set.get("progress", top["progress"]),
+                                    router=dataclasses.replace(chain.router, progress=(chain_set.get("router") or {})
+                                                               .get("progress", top["progress"])))
     env = chain.env  # the evaluation runs on the chain's env unless the file says otherwise
     ev = EvalConfig(env_id=env.env_id, env_kwargs=dict(env.env_kwargs), max_steps=env.max_steps, workers=env.workers)
-    ev = _override(ev, data.get("evaluate") or {})
+    ev = _override(ev, {**top, **(data.get("evaluate") or {})})
 
     for a in data.get("ablations") or ():
         if a not in ABLATION_NAMES:
@@ -156,20 +164,34 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     run_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    chain_out = run_chain(cfg.chain, run_dir)
-    timings["chain"] = time.perf_counter() - t0
-    t = time.perf_counter()
-    results = evaluate(agents_from_run(cfg.chain, run_dir), cfg.evaluate, run_dir / "eval")
-    timings["evaluate"] = time.perf_counter() - t
-    for name in cfg.ablations:
+    ev = cfg.evaluate
+    say(f"pipeline into {run_dir}: the training chain (8 stages), the evaluation of {len(ev.methods)} methods "
+        f"under {len(ev.conditions())} conditions, {len(cfg.ablations)} ablations, the report")
+    games = GamePrefetch(needed_games(cfg), workers=os.cpu_count() or 2, progress=cfg.chain.progress)
+    try:
+        games.start()
+        games_s = time.perf_counter() - t0
+        chain_out = run_chain(cfg.chain, run_dir, before_stage=lambda s: games.wait(STAGE_NEEDS.get(s, ())))
+        timings["chain"] = time.perf_counter() - t0  # the up-front games included, as before
+        games.wait(STAGE_NEEDS["evaluate"])
         t = time.perf_counter()
-        run_ablation(name, cfg, run_dir)
-        timings[f"ablation {name}"] = time.perf_counter() - t
+        say(f"evaluation: {', '.join(ev.methods)} on the {ev.split} split, seeds {tuple(ev.seeds)}, conditions "
+            f"{', '.join(ev.conditions())}; one bar per method and condition")
+        results = evaluate(agents_from_run(cfg.chain, run_dir), ev, run_dir / "eval")
+        timings["evaluate"] = time.perf_counter() - t
+        for name in cfg.ablations:
+            t = time.perf_counter()
+            say(f"ablation {name}")
+            run_ablation(name, cfg, run_dir)
+            timings[f"ablation {name}"] = time.perf_counter() - t
+    finally:
+        games.close()
     timings["total"] = time.perf_counter() - t0
+    timings["games_up_front"] = games_s  # in pipeline.json only: the report's Run section keeps its lines
     stage_times = [f"{s} " + ("(done before)" if o.get("skipped") else f"{o.get('wall_s', 0):.0f} s")
                    for s, o in chain_out.items()]
     extra = {"chain stages": ", ".join(stage_times),
-             **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items()}}
+             **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items() if k != "games_up_front"}}
     report = write_report(run_dir, extra=extra)
     summary = {"config": jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
                "main": results["conditions"][results["main_condition"]],
@@ -205,6 +227,8 @@ class PipelineArgs:
     """YAML config (default: the embedded CPU default)"""
     run_dir: str = "runs/r2v"
     """run directory (a rerun resumes)"""
+    progress: bool | None = None
+    """progress bars on stderr (default: the config's ``progress:``, itself on by default); off for logs"""
 
 
 @dataclass
@@ -224,7 +248,13 @@ def _use_chain_threads(cfg: PipelineConfig) -> None:
 
 
 def _pipeline(args: PipelineArgs) -> None:
-    print(summary_text(run_pipeline(load_config(args.config), args.run_dir)))
+    import yaml
+
+    with open(args.config) as fh:
+        data = yaml.safe_load(fh) or {}
+    if args.progress is not None:
+        data["progress"] = args.progress
+    print(summary_text(run_pipeline(load_config(data), args.run_dir)))
 
 
 def _evaluate(args: RunDirArgs) -> None:

@@ -18,7 +18,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from r2v_envs.core import cache_dir
@@ -93,14 +94,37 @@ def _generate_in_this_process(spec: GameSpec, out: Path) -> None:
 def pregenerate(suite: str = "default", workers: int = 2, task_ids: list[str] | None = None,
                 root: Path | None = None, progress: bool = True) -> list[Path]:
     """Generate (or find cached) every game of ``suite`` with ``workers`` parallel generator processes."""
-    from tqdm.auto import tqdm
-
     specs = get_suite(suite)
     todo = [specs[t] for t in (task_ids or list(specs))]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(tqdm(pool.map(lambda s: ensure_game(s, root), todo), total=len(todo),
-                            desc=f"TextWorld games ({suite})", disable=not progress))
-    return results
+    return generate_games(todo, workers, root, progress, desc=f"TextWorld games ({suite})")
+
+
+def missing_games(specs: Iterable[GameSpec], root: Path | None = None) -> list[GameSpec]:
+    """The specs whose game is not complete in the cache (the test :func:`ensure_game` uses)."""
+    return [s for s in specs if not (game_path(s, root).is_file() and game_path(s, root).with_suffix(".json").is_file())]
+
+
+def generate_games(specs: Sequence[GameSpec], workers: int = 2, root: Path | None = None, progress: bool = True,
+                   desc: str = "TextWorld games") -> list[Path]:
+    """Generate (or find cached) the games of ``specs`` in ``workers`` parallel generator processes, with a
+    tqdm bar on stderr that advances as each game finishes; returns their paths in the order of ``specs``.
+
+    Each game still gets its own fresh generator process (:func:`ensure_game`), so a game's bytes do not
+    depend on how many were generated together or in which order."""
+    from tqdm.auto import tqdm
+
+    paths: list[Path | None] = [None] * len(specs)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
+            tqdm(total=len(specs), desc=desc, unit="game", disable=not progress) as bar:
+        futures = {pool.submit(ensure_game, s, root): i for i, s in enumerate(specs)}
+        pending = set(futures)
+        while pending:
+            # a game takes 3-10 s on 2 cores: redraw every second so the elapsed time keeps moving
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                paths[futures[fut]] = fut.result()
+            bar.update(len(finished)) if finished else bar.refresh()
+    return paths
 
 
 def main(argv: list[str] | None = None) -> None:
