@@ -6,6 +6,7 @@
     r2v collect | preferences | distill | router-train
     r2v rollout                       # expert + random baseline through perturbed envs, success table
     r2v textworld-generate --suite default --workers 2
+    r2v doctor                        # what this machine gives the suite (sandbox, Docker, GPU, cache, extras)
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ def _generate(args: GenerateArgs) -> None:
 def _commands() -> dict:
     from r2v_train.pipeline import register_commands
 
+    from r2v_train.doctor import DoctorArgs, doctor
     from r2v_train.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
 
     return {**register_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs),
-            "train-bc": (run_bc, BCLaunch), "train-dpo": (run_dpo, DPOLaunch)}
+            "train-bc": (run_bc, BCLaunch), "train-dpo": (run_dpo, DPOLaunch), "doctor": (doctor, DoctorArgs)}
 
 
 COMMANDS = _commands()
