@@ -8,6 +8,7 @@
     r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
     r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
     r2v textworld-generate --suite default --workers 2
+    r2v doctor                        # what this machine gives the suite (sandbox, Docker, GPU, cache, extras)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from r2v_eval.cli import main as eval_main
 from r2v_train import run_agents  # noqa: F401 - registers the slm:/r2v: run-directory agents of `r2v eval`
 from r2v_train.chain import ChainConfig, run_chain
 from r2v_train.configs import preset
+from r2v_train.doctor import DoctorArgs, doctor
 from r2v_train.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
 from r2v_train.pipeline import register_commands
 from r2v_train.rollout import RolloutArgs, rollout, success_table
@@ -107,7 +109,7 @@ def chain_main(argv: Sequence[str] | None = None, stages: Sequence[str] | None =
 def _commands() -> dict[str, tuple[Any, type]]:
     return {**register_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs),
             "train-bc": (run_bc, BCLaunch), "train-dpo": (run_dpo, DPOLaunch),
-            "router-train": (router_train_main, RouterTrainArgs)}
+            "router-train": (router_train_main, RouterTrainArgs), "doctor": (doctor, DoctorArgs)}
 
 
 COMMANDS = _commands()

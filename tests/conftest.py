@@ -1,4 +1,4 @@
-"""Session fixtures shared across test files."""
+"""Session-scoped fixtures: expensive set-ups built once per test session and shared by the modules using them."""
 
 from __future__ import annotations
 
@@ -6,6 +6,94 @@ import sys
 import time
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def trained_run_template(tmp_path_factory):
+    """The scripted miniature run (router data + a trained router) of tests/eval_fixtures.py, built once; the
+    evaluation, report and ablation modules each copy it (``copy_trained_run``) instead of rebuilding it."""
+    from tests.eval_fixtures import trained_run
+
+    tmp = tmp_path_factory.mktemp("trained-run")
+    trained_run(tmp)
+    return tmp
+
+
+# --------------------------------------------------------------------------------------- TextWorld games
+# Generating a TextWorld game takes ~3 s of CPU in its own interpreter, and the default suite's test split
+# (40 games) alone was 40% of the whole suite's time on a fresh cache (332 of 834 s here). Most of the suite
+# leaves a core idle (sandbox deadlines, subprocess start-ups, single-threaded tests), so the games a selected
+# test declares with `@pytest.mark.textworld_games(suite, split)` are generated from the start of the session
+# in background threads at a low CPU priority, and the test's `textworld_games` fixture waits for them.
+_BACKGROUND: dict = {}
+_BACKGROUND_NICE = 10
+_BACKGROUND_WORKERS = 2
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "textworld_games(suite, split): TextWorld games this test needs, "
+                                       "generated in the background from the start of the session")
+
+
+def _generate_in_background(specs, stop):
+    import os
+
+    from r2v_envs.textworld.generate import ensure_game
+
+    # On Linux the nice value is per thread and inherited by the generator processes this thread starts.
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, _BACKGROUND_NICE)
+    except (AttributeError, OSError):
+        pass
+    while not stop.is_set():
+        try:
+            spec = specs.pop()
+        except IndexError:
+            break
+        try:
+            ensure_game(spec)
+        except Exception:  # noqa: BLE001 - the test generates what is still missing itself, and reports it
+            pass
+
+
+def pytest_collection_modifyitems(session, config, items):
+    import importlib.util
+    import threading
+
+    wanted = sorted({tuple(m.args) for item in items for m in item.iter_markers("textworld_games")})
+    if not wanted or importlib.util.find_spec("textworld") is None:
+        return
+    from r2v_envs.core import split_tasks
+    from r2v_envs.textworld.generate import game_path
+    from r2v_envs.textworld.suite import get_suite
+
+    specs = []
+    for suite, split in wanted:
+        games = get_suite(suite)
+        ids = sorted(games) if split == "all" else split_tasks(list(games))[split]
+        specs += [games[t] for t in ids if not game_path(games[t]).with_suffix(".json").is_file()]
+    stop = threading.Event()
+    todo = list(reversed(specs))  # popped from the end: generated in split order
+    threads = [threading.Thread(target=_generate_in_background, args=(todo, stop), daemon=True,
+                                name=f"textworld-games-{i}") for i in range(_BACKGROUND_WORKERS)]
+    for t in threads:
+        t.start()
+    _BACKGROUND.update(threads=threads, stop=stop)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Let in-flight generations finish (no half-written temporary folders in the cache), start no more.
+    if _BACKGROUND:
+        _BACKGROUND["stop"].set()
+        for t in _BACKGROUND["threads"]:
+            t.join()
+
+
+@pytest.fixture
+def textworld_games():
+    """Wait for the background generation of the games declared by the test's ``textworld_games`` marks."""
+    for t in _BACKGROUND.get("threads", ()):
+        t.join()
 
 
 @pytest.fixture(scope="session")

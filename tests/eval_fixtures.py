@@ -69,17 +69,36 @@ def eval_config(**kw):
     return EvalConfig(**{**base, **kw})
 
 
+def router_config():
+    from r2v_train.router_train import RouterTrainConfig
+
+    return RouterTrainConfig(epochs=10, batch_size=64, progress=False, hidden=(16, 8), mode="brier", kappa=4.0)
+
+
 def trained_run(tmp):
     """A miniature run directory: SLM-only router data (train/valid) and a small trained router."""
     from r2v_agents.router_mlp import save_router
-    from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+    from r2v_train.router_train import ROUTER_FILE, RouterData, train_router
 
     train = slm_rollouts(f"{tmp}/router_data/train", "train", SCRIPTED_TRAIN)
     valid = slm_rollouts(f"{tmp}/router_data/valid", "valid", SCRIPTED_VALID)
-    cfg = RouterTrainConfig(epochs=10, batch_size=64, progress=False, hidden=(16, 8), mode="brier", kappa=4.0)
+    cfg = router_config()
     res = train_router(RouterData.from_run(train), RouterData.from_run(valid), cfg, run_dir=f"{tmp}/router")
     assert res.threshold is not None and ROUTER_FILE and save_router
     return f"{tmp}/router/{ROUTER_FILE}", train, valid, cfg
+
+
+def copy_trained_run(template, tmp):
+    """:func:`trained_run`'s result in ``tmp``, copied from a finished ``template`` directory (the session-scoped
+    ``trained_run_template`` fixture of tests/conftest.py) instead of recomputed: the rollouts and the router
+    are deterministic, so every module gets the same files, and each gets its own copy to write beside."""
+    import shutil
+
+    from r2v_train.router_train import ROUTER_FILE
+
+    for part in ("router_data", "router"):
+        shutil.copytree(f"{template}/{part}", f"{tmp}/{part}")
+    return f"{tmp}/router/{ROUTER_FILE}", f"{tmp}/router_data/train", f"{tmp}/router_data/valid", router_config()
 
 
 def assert_report_matches_shards(report_path, results, eval_dir):

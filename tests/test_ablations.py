@@ -10,13 +10,13 @@ from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers.textworld import TextWorldVerifier
 from r2v_train import ablations
 from r2v_train.report import load_ablations
-from tests.eval_fixtures import NoisySampler, eval_config, make_agents, trained_run
+from tests.eval_fixtures import NoisySampler, copy_trained_run, eval_config, make_agents
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, trained_run_template):
     tmp = tmp_path_factory.mktemp("abl")
-    router, train, valid, router_cfg = trained_run(tmp)
+    router, train, valid, router_cfg = copy_trained_run(trained_run_template, tmp)
     return tmp, make_agents(tmp, router, valid), eval_config(per_type=()), train, valid, router_cfg
 
 

@@ -8,15 +8,15 @@ import pytest
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.evaluate import RESULTS_FILE, EvalConfig, bootstrap_episodes, evaluate, pareto_front
-from tests.eval_fixtures import eval_config, make_agents, trained_run
+from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
 
 SEED = 0
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
+def evaluated(tmp_path_factory, trained_run_template):
     tmp = tmp_path_factory.mktemp("eval")
-    router, _, valid, _ = trained_run(tmp)
+    router, _, valid, _ = copy_trained_run(trained_run_template, tmp)
     results = evaluate(make_agents(tmp, router, valid), eval_config(), tmp / "eval")
     return tmp, results
 

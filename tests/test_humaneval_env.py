@@ -208,3 +208,37 @@ def test_check_env_passes(problems):
         check_env(env.unwrapped, skip_render_check=True)
     finally:
         env.close()
+
+
+# sum(itertools.count()) loops inside C, where EvalPlus' SIGALRM per-input limit never fires.
+C_LOOP = "import itertools\nreturn sum(itertools.count())"
+
+
+@pytest.mark.timeout(60)
+def test_test_action_is_bounded_by_its_budget_and_says_so(problems):
+    env = gym.make(ENV_ID, seed=SEED, perturbations=None, task_id="HumanEval/53", test_budget_s=2.0)
+    try:
+        env.reset()
+        # add(0, 1) returns, add(1, 0) loops: example 1 is judged, example 2 is cut by the budget.
+        env.step(fence(f"if x == 1:\n    {C_LOOP.replace(chr(10), chr(10) + '    ')}\nreturn x + y"))
+        start = time.monotonic()
+        obs, reward, terminated, _, info = env.step("test")
+        elapsed = time.monotonic() - start
+        assert 2.0 <= info["step_wall_s"] <= elapsed < 4.0, (info["step_wall_s"], elapsed)
+        assert "[time budget] `test` stops after 2 s" in obs and not terminated and reward == 0.0
+        assert "stopped: the 2 s budget of `test` ran out" in obs and obs.endswith("=== 1 passed, 2 failed ===")
+        # the judge keeps serving: the canonical solution then passes all three examples at once
+        p = problems["HumanEval/53"]
+        env.step(fence(p["prompt"] + p["canonical_solution"]))
+        obs, *_, info = env.step("test")
+        assert obs.endswith("=== 3 passed, 0 failed ===") and "[time budget]" not in obs
+        assert 0.0 < info["step_wall_s"] < 2.0
+    finally:
+        env.close()
+
+
+def test_step_wall_time_in_info_and_bad_budget_rejected(env, problems):
+    for obs, _, _, info in play(env, "HumanEval/53", [fence("return x + y"), "hello", "test"]):
+        assert isinstance(info["step_wall_s"], float) and info["step_wall_s"] >= 0.0
+    with pytest.raises(ValueError, match="test_budget_s"):
+        gym.make(ENV_ID, seed=SEED, test_budget_s=0)

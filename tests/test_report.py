@@ -4,13 +4,13 @@ import pytest
 
 from r2v_train.evaluate import evaluate
 from r2v_train.report import write_report
-from tests.eval_fixtures import assert_report_matches_shards, eval_config, make_agents, trained_run
+from tests.eval_fixtures import assert_report_matches_shards, copy_trained_run, eval_config, make_agents
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory):
+def reported(tmp_path_factory, trained_run_template):
     tmp = tmp_path_factory.mktemp("report")
-    router, _, valid, _ = trained_run(tmp)
+    router, _, valid, _ = copy_trained_run(trained_run_template, tmp)
     results = evaluate(make_agents(tmp, router, valid), eval_config(heuristic_sweep=(0.05, 0.9)), tmp / "eval")
     return tmp, results, write_report(tmp, extra={"wall time": "1 s"})
 

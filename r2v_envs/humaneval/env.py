@@ -3,9 +3,11 @@
 Sec. 5.1 and Appendix D of the paper. At reset the agent sees the task prompt (signature + docstring, also
 ``info["goal"]``) and the action syntax (:mod:`r2v_envs.humaneval.actions`). ``test`` shows the test runner's
 output on the task's *public examples*: the first ``n_public`` inputs of the original HumanEval tests, with
-the expected values. ``submit`` judges the code with EvalPlus' own evaluation code on the full HumanEval+
+the expected values, within ``test_budget_s`` seconds of wall time (EvalPlus' per-input limits still apply;
+the observation says when the budget cut a run short). ``submit`` judges the code with EvalPlus' own evaluation code on the full HumanEval+
 suite (base + plus inputs, compared with the canonical solution's outputs under EvalPlus' tolerance rules)
-and ends the episode: reward 1 and ``won`` if it passes, else 0.
+and ends the episode: reward 1 and ``won`` if it passes, else 0. ``info["step_wall_s"]`` is the wall time
+the env spent on the step (or the reset).
 
 Model code only ever runs in the sandboxed judge (:mod:`r2v_envs.sandbox`); ``info["sandbox"]`` names the
 isolation level in use. Channels: the reset prompt is ``"observation"`` (prompt injection reaches the
@@ -34,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from r2v_envs.core import TextEnv, build_env
@@ -43,6 +46,12 @@ from r2v_envs.humaneval.judge import Judge, JudgeError
 from r2v_envs.sandbox import Sandbox, available_isolations
 
 DEFAULT_N_PUBLIC = 3
+# The wall-time budget of one `test`. EvalPlus' per-input limit is max(1 s, 4 x the reference time), and the
+# three public inputs of every HumanEval+ task take the canonical solution milliseconds, so an honest program
+# needs about a second at most; without this budget, a program that loops where EvalPlus' SIGALRM cannot
+# reach it (a C-level loop, or one that swallows the timeout exception) held `test` for 11 s here, twice
+# the sum of the per-input limits plus EvalPlus' margins.
+DEFAULT_TEST_BUDGET_S = 5.0  # + 1 s of grace to judge the examples that returned (judge_server.CHECK_GRACE_S)
 
 
 class HumanEvalEnv(TextEnv):
@@ -52,6 +61,7 @@ class HumanEvalEnv(TextEnv):
         data_path: a HumanEval+ release file; default ``$HUMANEVAL_OVERRIDE_PATH`` or EvalPlus' download.
         n_public: how many of the original HumanEval test inputs ``test`` shows (the public examples).
         isolation: sandbox level for model code (``"auto"``: the strongest this host offers).
+        test_budget_s: wall-clock seconds one ``test`` may take in all (``submit`` keeps EvalPlus' bounds).
     """
 
     benchmark = "humaneval"
@@ -60,12 +70,16 @@ class HumanEvalEnv(TextEnv):
 
     def __init__(self, seed: int | None = None, split: str = "train", task_id: str | None = None,
                  task_index: int | None = None, render_mode: str | None = None, data_path: str | None = None,
-                 n_public: int = DEFAULT_N_PUBLIC, isolation: str = "auto"):
+                 n_public: int = DEFAULT_N_PUBLIC, isolation: str = "auto",
+                 test_budget_s: float = DEFAULT_TEST_BUDGET_S):
         super().__init__(seed=seed, split=split, task_id=task_id, task_index=task_index, render_mode=render_mode)
         if int(n_public) < 1:
             raise ValueError(f"n_public must be >= 1, got {n_public}")
         self.data_path = data_path
         self.n_public = int(n_public)
+        if not float(test_budget_s) > 0:
+            raise ValueError(f"test_budget_s must be > 0, got {test_budget_s}")
+        self.test_budget_s = float(test_budget_s)
         self.isolation = isolation if isolation != "auto" else available_isolations()[0]
         Sandbox(self.isolation)  # fail now (typed error) on an unknown or unavailable level
         self._judge = None
@@ -80,6 +94,7 @@ class HumanEvalEnv(TextEnv):
         return list(load_problems(self.data_path)[1])
 
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        start = time.monotonic()
         self._problem = load_problems(self.data_path)[1][task_id]
         self._task_file = ensure_task_files([task_id], self.data_path)[task_id]
         self._code = self._tested = None
@@ -87,9 +102,15 @@ class HumanEvalEnv(TextEnv):
         prompt = self._problem["prompt"]
         obs = (f"Task {task_id}: complete the Python function `{self._problem['entry_point']}` below.\n\n"
                f"{prompt}\n{SYNTAX_HELP}")
-        return obs, self._info(goal=prompt, channel="observation")
+        return obs, self._info(goal=prompt, channel="observation", step_wall_s=_since(start))
 
     def _step_task(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        start = time.monotonic()
+        obs, reward, terminated, info = self._act(action)
+        info["step_wall_s"] = _since(start)
+        return obs, reward, terminated, info
+
+    def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         if self._done:
             return "The episode is over: reset to start a new task.", 0.0, True, self._info()
         act = parse_action(action)
@@ -121,10 +142,11 @@ class HumanEvalEnv(TextEnv):
 
     def _run_public_tests(self) -> str:
         try:
-            resp = self._request("smoke", n_public=self.n_public)
+            resp = self._request("smoke", n_public=self.n_public, budget_s=self.test_budget_s)
         except JudgeError as exc:
             return f"[runner error] the test runner failed: {exc}. Try again."
-        return format_test_report(self._problem["entry_point"], resp["examples"])
+        return format_test_report(self._problem["entry_point"], resp["examples"],
+                                  budget_s=self.test_budget_s if resp.get("budget_hit") else None)
 
     def _submit(self) -> tuple[str, float, bool, dict[str, Any]]:
         self._done = True
@@ -160,8 +182,13 @@ class HumanEvalEnv(TextEnv):
         super().close()
 
 
-def format_test_report(entry_point: str, examples: list[dict[str, Any]]) -> str:
-    """The test runner's output for the public examples (one block per example, a summary line last)."""
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 4)
+
+
+def format_test_report(entry_point: str, examples: list[dict[str, Any]], budget_s: float | None = None) -> str:
+    """The test runner's output for the public examples (one block per example, a summary line last);
+    ``budget_s`` when the run hit the budget of ``test``."""
     lines = [f"$ run public examples for {entry_point} ({len(examples)})"]
     if examples and examples[0]["kind"] == "load":
         lines.append(f"error while loading your code: {examples[0]['got']}")
@@ -174,6 +201,9 @@ def format_test_report(entry_point: str, examples: list[dict[str, Any]]) -> str:
                }.get(ex["kind"], f"({ex['got']})")
         lines.append(f"  got:      {got}")
         lines.append("  PASSED" if ex["passed"] else "  FAILED")
+    if budget_s is not None:
+        lines.append(f"[time budget] `test` stops after {budget_s:g} s of wall time; the examples it did not "
+                     "finish count as failed (`submit` judges every input under EvalPlus' own time limits).")
     lines.append(f"=== {passed} passed, {len(examples) - passed} failed ===")
     return "\n".join(lines)
 

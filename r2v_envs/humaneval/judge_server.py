@@ -10,8 +10,14 @@ request the judge kills whatever the candidate left running (every other process
 Requests::
 
     {"id": 1, "mode": "full",  "task_file": "...pkl", "code": "..."}   -> {"id": 1, "base": {...}, "plus": {...}}
-    {"id": 2, "mode": "smoke", "task_file": "...pkl", "code": "...", "n_public": 3}
-        -> {"id": 2, "status": "pass"|"fail"|"timeout", "examples": [{"call", "expected", "got", "passed"}]}
+    {"id": 2, "mode": "smoke", "task_file": "...pkl", "code": "...", "n_public": 3, "budget_s": 5.0}
+        -> {"id": 2, "status": "pass"|"fail"|"timeout", "examples": [{"call", "expected", "got", "passed"}],
+            "budget_hit": false, "wall_s": 0.4}
+
+``smoke`` (the agent's ``test``) runs under a wall-time budget for the whole request: ``full`` honours
+EvalPlus' own bound (min(60 s, sum of per-input limits) + ~3 s per check, i.e. up to two minutes for a program
+stuck where the SIGALRM of EvalPlus' per-input limit cannot reach it, such as ``sum(itertools.count())``),
+but an agent's ``test`` is the common case in RL and evaluation, so it must not block a worker that long.
 
 EvalPlus 0.3.1 (the PyPI release) cannot pass HumanEval/32 at all: its ``find_zero`` special oracle
 ``continue``s before recording the input as passed, so ``untrusted_check`` sees too few results and fails
@@ -33,6 +39,7 @@ from typing import Any
 
 DATASET = "humaneval"
 MAX_REPR = 300
+CHECK_GRACE_S = 1.0  # see smoke(): a `test` takes at most its budget + this
 _RECORDS: dict[str, dict[str, Any]] = {}  # task_file -> record (the last two: expected outputs can be 150 MB)
 
 
@@ -102,8 +109,13 @@ def _display_child(code: str, entry_point: str, inputs: list, limits: list[float
             conn.send(("raise", f"{type(exc).__name__}: {exc}"[:MAX_REPR]))
 
 
-def display(code: str, entry_point: str, inputs: list, limits: list[float]) -> list[tuple[str, str]]:
-    """What the candidate returns on each public input (shown to the agent), from a forked child."""
+def display(code: str, entry_point: str, inputs: list, limits: list[float],
+            deadline: float) -> tuple[list[tuple[str, str]], bool]:
+    """What the candidate returns on each public input (shown to the agent), from a forked child.
+
+    Returns ``(shown, budget_hit)``: one ``(kind, text)`` per input the child finished before its first
+    per-input timeout or the wall-clock ``deadline`` (monotonic), and whether the deadline cut it short.
+    """
     import multiprocessing
     import time
 
@@ -112,41 +124,97 @@ def display(code: str, entry_point: str, inputs: list, limits: list[float]) -> l
     proc.start()
     child.close()
     shown: list[tuple[str, str]] = []
-    deadline = time.monotonic() + sum(limits) + 2.0
-    while len(shown) < len(inputs) and time.monotonic() < deadline:
-        if not parent.poll(max(0.0, deadline - time.monotonic())):
+    own = time.monotonic() + sum(limits) + 2.0
+    budget_hit = False
+    while len(shown) < len(inputs):
+        now = time.monotonic()
+        if now >= min(own, deadline):
+            budget_hit = deadline <= own
             break
+        if not parent.poll(min(own, deadline) - now):
+            continue
         try:
             shown.append(parent.recv())
         except (EOFError, OSError):
             break
-        if shown[-1][0] == "load":
+        if shown[-1][0] in ("load", "timeout"):
             break
     proc.kill()
     proc.join()
-    return shown
+    return shown, budget_hit
 
 
-def smoke(rec: dict[str, Any], code: str, n_public: int) -> dict[str, Any]:
-    from evalplus.eval import untrusted_check
+def bounded_check(code: str, inputs: list, entry_point: str, expected: list, atol: float,
+                  ref_time: list[float], deadline: float) -> tuple[str, list[bool]]:
+    """``evalplus.eval.untrusted_check`` (fast_check off) with its wall-clock bound cut to ``deadline``.
 
+    The judgement is EvalPlus' own: the same ``unsafe_execute`` in a forked child with the same per-input
+    time limits and the same status mapping; only the join timeout is ``min(EvalPlus' timeout, deadline)``.
+    """
+    import multiprocessing
+    import time
+
+    import evalplus.eval as ev
+
+    limits = time_limits(ref_time)
+    timeout = min(60.0, sum(limits)) + 3.0  # untrusted_check's own: + 1, + 1 to collect, + 1 on join
+    progress, stat = multiprocessing.Value("i", 0), multiprocessing.Value("i", ev._UNKNOWN)
+    details = multiprocessing.Array("b", [False] * len(inputs))
+    proc = multiprocessing.Process(target=ev.unsafe_execute, args=(DATASET, entry_point, code, inputs, expected,
+                                                                   limits, atol, False, stat, details, progress))
+    proc.start()
+    proc.join(timeout=max(0.0, min(timeout, deadline - time.monotonic())))
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    status = ev._mapping[stat.value] or ev.TIMEOUT
+    done = [bool(d) for d in details[: progress.value]]
+    if status == ev.PASS and (len(done) != len(inputs) or not all(done)):
+        status = ev.FAIL
+    return status, done
+
+
+def smoke(rec: dict[str, Any], code: str, n_public: int, budget_s: float) -> dict[str, Any]:
+    """The agent's ``test``: the candidate's outputs on the public inputs and EvalPlus' pass/fail for each,
+    within ``budget_s`` (+ ``CHECK_GRACE_S``) seconds of wall time in all."""
+    import time
+
+    start = time.monotonic()
+    deadline = start + budget_s
     inputs = rec["base_input"][:n_public]
     expected = rec["expected"]["base"][:n_public]
     ref_time = rec["expected"]["base_time"][:n_public]
-    shown = display(code, rec["entry_point"], inputs, time_limits(ref_time))
+    shown, budget_hit = display(code, rec["entry_point"], inputs, time_limits(ref_time), deadline)
     sweep()
-    status, details = untrusted_check(DATASET, code, inputs, rec["entry_point"], expected=expected,
-                                      atol=rec["atol"], ref_time=ref_time, fast_check=False)
-    sweep()
+    # Judge only the examples the display run finished: the one that timed out (or ran into the budget)
+    # and those after it are failed without a second wait, since EvalPlus' check would wait for them again.
+    finished = 0 if shown and shown[0][0] == "load" else sum(1 for kind, _ in shown if kind in ("ok", "raise"))
+    status, details = "fail", []
+    if finished:
+        # These inputs just returned, so their check needs little; a run that ended on the budget still
+        # gets CHECK_GRACE_S for it (a program that returned once and now loops waits at most that long).
+        check_deadline = max(deadline, time.monotonic() + CHECK_GRACE_S)
+        status, details = bounded_check(code, inputs[:finished], rec["entry_point"], expected[:finished],
+                                        rec["atol"], ref_time[:finished], check_deadline)
+        sweep()
+        budget_hit = budget_hit or (len(details) < finished and time.monotonic() >= check_deadline)
+    if finished < len(inputs):  # EvalPlus (fast_check off) fails a per-input timeout; a cut run is a timeout
+        status = "timeout" if budget_hit else "fail"
     args = [", ".join(short_repr(a) for a in inp) for inp in inputs]
     examples = []
     for i, inp in enumerate(inputs):
-        kind, text = shown[i] if i < len(shown) else ("skipped", "not run: an earlier example timed out")
         if shown and shown[0][0] == "load":
             kind, text = shown[0]
+        elif i < len(shown):
+            kind, text = shown[i]
+        elif budget_hit and i == len(shown):
+            kind, text = "budget", f"stopped: the {budget_s:g} s budget of `test` ran out"
+        else:
+            kind, text = "skipped", "not run: an earlier example did not finish"
         examples.append({"call": f"{rec['entry_point']}({args[i]})", "expected": short_repr(expected[i]),
                          "got": text, "kind": kind, "passed": bool(i < len(details) and details[i])})
-    return {"status": status, "examples": examples}
+    return {"status": status, "examples": examples, "budget_hit": budget_hit,
+            "wall_s": round(time.monotonic() - start, 3)}
 
 
 _BUGGY_FIND_ZERO = ("assert abs(_poly(*inp, out)) <= atol\n"
@@ -216,7 +284,7 @@ def serve() -> None:
             if req["mode"] == "full":
                 resp = full(rec, req["code"])
             else:
-                resp = smoke(rec, req["code"], int(req.get("n_public", 3)))
+                resp = smoke(rec, req["code"], int(req.get("n_public", 3)), float(req.get("budget_s", 5.0)))
         except Exception as exc:  # noqa: BLE001 - report, keep serving
             resp = {"error": f"{type(exc).__name__}: {exc}"}
         resp["id"] = req.get("id") if isinstance(req, dict) else None
