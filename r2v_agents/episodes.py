@@ -76,6 +76,13 @@ class RunConfig:
     cluster, optional ``ray`` extra; see :mod:`r2v_agents.ray_backend`). Same shards either way."""
     ray_address: str | None = None
     """Ray cluster to join with ``backend="ray"`` (None: $RAY_ADDRESS, else a local Ray instance)."""
+    lockstep: bool = True
+    """Wait for every busy env host before each policy batch. Which contexts share a batch then depends on the
+    run alone, not on worker timing; that matters because a batched forward pass's floats depend on the batch's
+    make-up (shapes pick the kernels' blocking, padding lengths differ), so acting on whichever hosts happen to
+    be ready let router features drift by ~1e-6 between reruns and moved calibrated thresholds. With it a rerun
+    on the same machine writes identical bytes. False acts on ready hosts as they come: more throughput when env
+    step times vary a lot (sandboxed tests), at the price of run-to-run float noise."""
 
     def __post_init__(self):
         if self.workers < 0 or self.envs_per_worker < 1 or self.shard_episodes < 1:
@@ -157,15 +164,22 @@ def wait_ready(hosts: Sequence[Host], busy: set[int]) -> list[int]:
     return sorted(conns[c] for c in wait_connections(list(conns)))
 
 
+def wait_all(hosts: Sequence[Host], busy: set[int]) -> list[int]:
+    """Every busy host, in index order: ``recv`` then blocks on each (``RunConfig.lockstep``)."""
+    return sorted(busy)
+
+
 def drive(hosts: Sequence[Host], policy: BatchPolicy, run: RunContext,
           next_episode: Callable[[], Episode | None], on_finish: Callable[[dict[str, Any], int], None],
           wait: Callable[[Sequence[Host], set[int]], list[int]] | None = None,
           on_lost: Callable[[int, list[Episode]], None] | None = None) -> None:
     """Step every slot of ``hosts`` until ``next_episode`` runs dry, batching policy calls over ready hosts.
 
-    ``wait(hosts, busy)`` returns the busy hosts with replies. A host whose ``recv`` raises
+    ``wait(hosts, busy)`` returns the busy hosts with replies (``RunConfig.lockstep`` waits for all of them). A host whose ``recv`` raises
     :class:`~r2v_agents.workers.HostLost` has its live episodes dropped (never journaled) and handed to
     ``on_lost(h, episodes)``, which must requeue them and replace ``hosts[h]``; without ``on_lost`` it raises."""
+    if run.cfg.lockstep:
+        wait = wait_all
     wait = wait or wait_ready
     live: dict[tuple[int, int], Episode] = {}
     per_host = run.cfg.envs_per_worker

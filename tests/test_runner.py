@@ -142,6 +142,44 @@ def test_extra_wrappers_by_import_path(tmp_path):
     assert steps and all(r["observation"] == r["observation"].upper() for r in steps)
 
 
+class JitterSteps:
+    """A user wrapper that sleeps 0-20 ms (truly random) before each step: worker timing varies run to run."""
+
+    def __new__(cls, env):
+        import gymnasium as gym
+
+        class Jitter(gym.Wrapper):
+            def step(self, action):
+                time.sleep(int.from_bytes(os.urandom(1), "little") / 255 * 0.02)
+                return self.env.step(action)
+        return Jitter(env)
+
+
+class RecordBatches(NoisyExpert):
+    """NoisyExpert that records which (episode, step) contexts share each ``act_batch`` call."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    def act_batch(self, contexts, infos):
+        self.batches.append([f"{c.extra['episode_id']}:{c.step}" for c in contexts])
+        return super().act_batch(contexts, infos)
+
+
+def test_lockstep_batches_do_not_depend_on_worker_timing(tmp_path):
+    # a batched SLM forward pass's floats depend on which contexts share the batch, so the batches themselves
+    # must be the same on a rerun even when env steps take random time (with lockstep=False they differ)
+    runs = []
+    for name in "ab":
+        policy = RecordBatches()
+        run(policy, config(tmp_path / name, seeds=(0,), workers=2, envs_per_worker=2,
+                           wrappers=("tests.test_runner:JitterSteps",)))
+        runs.append(policy.batches)
+    assert len(runs[0]) > 8 and any(len(b) > 1 for b in runs[0])
+    assert runs[0] == runs[1]
+
+
 def test_unknown_task_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="did you mean"):
         run(OracleTeacher(), config(tmp_path, task_ids=("scripted-O",)))
