@@ -34,7 +34,7 @@ from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_envs.textworld.env import TextWorldEnv
-from r2v_envs.textworld.generate import ensure_game, missing_games
+from r2v_envs.textworld.generate import missing_games, serve_queue
 from r2v_envs.textworld.suite import GameSpec
 from r2v_train.evaluate import task_ids as eval_task_ids
 from r2v_train.narrate import say
@@ -42,6 +42,9 @@ from r2v_train.narrate import say
 # which games a stage plays (the evaluation and the ablations play the evaluation split: "test")
 STAGE_NEEDS = {"teacher": ("train",), "replay": ("train",), "router_data": ("train", "valid"), "evaluate": ("test",)}
 GROUPS = ("train", "valid", "test")
+# The background generator runs at the lowest CPU priority: it then takes the core that BC and DPO (one torch
+# thread) leave idle, and next to nothing from them when the machine is busier than that.
+BACKGROUND_NICE = 19
 Item = tuple[GameSpec, "Path | None"]
 
 
@@ -110,7 +113,9 @@ class GamePrefetch:
             self._queue.extend((g, s, r) for s, r in todo)
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._background: list[threading.Thread] = []
         self._errors: dict[str, BaseException] = {}
+        self._group_of: dict[tuple[str, Path | None], str] = {}
         self._stopped = False
 
     def missing(self, groups: Iterable[str] | None = None) -> int:
@@ -134,7 +139,7 @@ class GamePrefetch:
         rest = self.missing(order[1:])
         if rest:
             say(f"TextWorld games: generating the other {rest} in 1 background process while the chain runs")
-            self._spawn(1)
+            self._spawn(1, nice=BACKGROUND_NICE)
 
     def wait(self, groups: Iterable[str]) -> None:
         """Return once every game of ``groups`` exists, generating with ``workers`` processes meanwhile; raises the
@@ -144,8 +149,8 @@ class GamePrefetch:
         if left:
             from tqdm.auto import tqdm
 
-            with self._cond:
-                busy = sum(t.is_alive() for t in self._threads)
+            with self._cond:  # the low-priority background worker does not count: it may be starved
+                busy = sum(t.is_alive() for t in self._threads if t not in self._background)
             self._spawn(self.workers - busy)
             names = "+".join(g for g in groups if self._left[g])
             t0 = time.perf_counter()
@@ -169,24 +174,27 @@ class GamePrefetch:
         for t in self._threads:
             t.join()
 
-    def _spawn(self, n: int) -> None:
+    def _spawn(self, n: int, nice: int = 0) -> None:
         for _ in range(max(0, n)):
-            t = threading.Thread(target=self._work, name="r2v-games", daemon=True)
+            t = threading.Thread(target=serve_queue, args=(self._take, self._done, nice), name="r2v-games",
+                                 daemon=True)
             self._threads.append(t)
+            if nice:
+                self._background.append(t)
             t.start()
 
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped or not self._queue:
-                    return
-                group, spec, root = self._queue.popleft()
-            try:
-                ensure_game(spec, root)
-            except BaseException as exc:  # noqa: BLE001  (re-raised by wait() for its group)
-                with self._cond:
-                    self._errors.setdefault(group, exc)
-            finally:
-                with self._cond:
-                    self._left[group] -= 1
-                    self._cond.notify_all()
+    def _take(self) -> tuple[GameSpec, Path | None] | None:
+        with self._cond:
+            if self._stopped or not self._queue:
+                return None
+            group, spec, root = self._queue.popleft()
+            self._group_of[(spec.task_id, root)] = group
+            return spec, root
+
+    def _done(self, spec: GameSpec, root: Path | None, exc: BaseException | None) -> None:
+        with self._cond:
+            group = self._group_of.pop((spec.task_id, root))
+            if exc is not None:
+                self._errors.setdefault(group, exc)  # re-raised by wait() for its group
+            self._left[group] -= 1
+            self._cond.notify_all()
