@@ -92,9 +92,10 @@ def _warmup_specs() -> list[GameSpec]:
 class GameServer:
     """A long-lived TextWorld generator process that forks one child per game (see the module docstring).
 
-    The server starts on the first :meth:`generate` (about 1 s of imports and 4 s of warm-up) and serves
-    one game at a time (a lock serialises threads); use one server per parallel worker. ``nice`` lowers the CPU priority of the server and
-    its children (background generation). A server that dies is started again by the next game.
+    The server starts on the first :meth:`generate` (about 1 s of imports and 4 s of warm-up) and serves one
+    game at a time (a lock serialises threads); use one server per parallel worker. ``nice`` lowers the CPU
+    priority of the server and its children (background generation). A server that dies is started again by
+    the next game.
 
     Example:
         >>> with GameServer() as server:   # doctest: +SKIP
