@@ -7,15 +7,17 @@ instead works out exactly which games the run will play, the used train and vali
 and the evaluated test tasks (the same ids the stages use, so the episodes and the results do not change), and
 generates the missing ones:
 
-* the train games first, in ``workers`` parallel generator processes with a bar, because the teacher stage
-  plays them at once;
-* the valid and test games in one background process while the teacher, replay, BC, preference and DPO stages
-  run (BC and DPO train on one torch thread in the default config, so a core is free);
+* the train games first, in ``workers`` parallel game servers with a bar, because the teacher stage plays them
+  at once;
+* the valid and test games in one background game server at nice 19 while the teacher, replay, BC, preference
+  and DPO stages run (BC and DPO train on one torch thread in the default config, so a core is often idle; at
+  nice 19 the generator takes that core and next to nothing from a busy one);
 * before a stage that plays them (``router_data``: valid, the evaluation: test) :meth:`GamePrefetch.wait` puts
-  ``workers`` processes back on what is left and shows a bar.
+  ``workers`` servers at normal priority on what is left and shows a bar.
 
-Each game is still made by its own fresh generator process with a fixed hash seed, so its bytes are the same
-whether it was generated here, lazily, alone or alongside others.
+A game server (:class:`r2v_envs.textworld.generate.GameServer`) forks a child per game from one warmed
+interpreter state, so a game's bytes are the same whether it was generated here, lazily, alone or alongside
+others.
 
 Example:
     >>> p = GamePrefetch({"train": [], "valid": []}, workers=2, progress=False)
