@@ -101,7 +101,8 @@ def needed_games(cfg: Any) -> dict[str, list[Item]]:
 
 class GamePrefetch:
     """Generates the missing games of ordered groups: :meth:`start` does the first group in the foreground, the
-    rest in one background process; :meth:`wait` finishes named groups with ``workers`` processes and a bar."""
+    rest in one low-priority background server; :meth:`wait` finishes named groups with ``workers`` servers and
+    a bar."""
 
     def __init__(self, groups: Mapping[str, Sequence[Item]], workers: int = 2, progress: bool = True):
         self.workers = max(1, int(workers))
@@ -126,7 +127,7 @@ class GamePrefetch:
             return sum(self._left.get(g, 0) for g in (self._left if groups is None else groups))
 
     def start(self) -> None:
-        """Generate the first group now (with a bar), then the others in one background process."""
+        """Generate the first group now (with a bar), then the others in one low-priority background game server."""
         order = list(self._left)
         have = sum(self.total.values()) - self.missing()
         if not self.missing():
@@ -135,12 +136,13 @@ class GamePrefetch:
             return
         counts = ", ".join(f"{self.total[g]} {g}" for g in order if self.total[g])
         say(f"TextWorld games: this run plays {counts}; {self.missing()} to generate ({have} cached), "
-            f"{self.workers} processes; the train games first")
+            f"{self.workers} game servers; the train games first")
         if order:
             self.wait(order[:1])
         rest = self.missing(order[1:])
         if rest:
-            say(f"TextWorld games: generating the other {rest} in 1 background process while the chain runs")
+            say(f"TextWorld games: generating the other {rest} in 1 background game server at nice "
+                f"{BACKGROUND_NICE} while the chain runs")
             self._spawn(1, nice=BACKGROUND_NICE)
 
     def wait(self, groups: Iterable[str]) -> None:
