@@ -128,7 +128,7 @@ def test_generation_is_byte_stable(tmp_path):
     """A game server (import once, warm up, fork per game) writes the bytes of a fresh one-game process, after
     a failed game and another family's game; the failure is a typed error and the server carries on."""
     suite = get_suite("small")
-    spec, other = suite["tw-treasure_hunter-easy-001"], suite["tw-coin_collector-easy-001"]
+    spec, other = suite["tw-treasure_hunter-easy-001"], suite["tw-custom-easy-001"]
     bad = GameSpec("custom", "easy", 99, "custom", {"nb_rooms": 2})  # no nb_objects: the generator raises
 
     def served(root):
