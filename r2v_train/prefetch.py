@@ -7,15 +7,17 @@ instead works out exactly which games the run will play, the used train and vali
 and the evaluated test tasks (the same ids the stages use, so the episodes and the results do not change), and
 generates the missing ones:
 
-* the train games first, in ``workers`` parallel generator processes with a bar, because the teacher stage
-  plays them at once;
-* the valid and test games in one background process while the teacher, replay, BC, preference and DPO stages
-  run (BC and DPO train on one torch thread in the default config, so a core is free);
+* the train games first, in ``workers`` parallel game servers with a bar, because the teacher stage plays them
+  at once;
+* the valid and test games in one background game server at nice 19 while the teacher, replay, BC, preference
+  and DPO stages run (BC and DPO train on one torch thread in the default config, so a core is often idle; at
+  nice 19 the generator takes that core and next to nothing from a busy one);
 * before a stage that plays them (``router_data``: valid, the evaluation: test) :meth:`GamePrefetch.wait` puts
-  ``workers`` processes back on what is left and shows a bar.
+  ``workers`` servers at normal priority on what is left and shows a bar.
 
-Each game is still made by its own fresh generator process with a fixed hash seed, so its bytes are the same
-whether it was generated here, lazily, alone or alongside others.
+A game server (:class:`r2v_envs.textworld.generate.GameServer`) forks a child per game from one warmed
+interpreter state, so a game's bytes are the same whether it was generated here, lazily, alone or alongside
+others.
 
 Example:
     >>> p = GamePrefetch({"train": [], "valid": []}, workers=2, progress=False)
@@ -34,7 +36,7 @@ from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_envs.textworld.env import TextWorldEnv
-from r2v_envs.textworld.generate import ensure_game, missing_games
+from r2v_envs.textworld.generate import missing_games, serve_queue
 from r2v_envs.textworld.suite import GameSpec
 from r2v_train.evaluate import task_ids as eval_task_ids
 from r2v_train.narrate import say
@@ -42,6 +44,9 @@ from r2v_train.narrate import say
 # which games a stage plays (the evaluation and the ablations play the evaluation split: "test")
 STAGE_NEEDS = {"teacher": ("train",), "replay": ("train",), "router_data": ("train", "valid"), "evaluate": ("test",)}
 GROUPS = ("train", "valid", "test")
+# The background generator runs at the lowest CPU priority: it then takes the core that BC and DPO (one torch
+# thread) leave idle, and next to nothing from them when the machine is busier than that.
+BACKGROUND_NICE = 19
 Item = tuple[GameSpec, "Path | None"]
 
 
@@ -96,7 +101,8 @@ def needed_games(cfg: Any) -> dict[str, list[Item]]:
 
 class GamePrefetch:
     """Generates the missing games of ordered groups: :meth:`start` does the first group in the foreground, the
-    rest in one background process; :meth:`wait` finishes named groups with ``workers`` processes and a bar."""
+    rest in one low-priority background server; :meth:`wait` finishes named groups with ``workers`` servers and
+    a bar."""
 
     def __init__(self, groups: Mapping[str, Sequence[Item]], workers: int = 2, progress: bool = True):
         self.workers = max(1, int(workers))
@@ -110,7 +116,9 @@ class GamePrefetch:
             self._queue.extend((g, s, r) for s, r in todo)
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._background: list[threading.Thread] = []
         self._errors: dict[str, BaseException] = {}
+        self._group_of: dict[tuple[str, Path | None], str] = {}
         self._stopped = False
 
     def missing(self, groups: Iterable[str] | None = None) -> int:
@@ -119,7 +127,7 @@ class GamePrefetch:
             return sum(self._left.get(g, 0) for g in (self._left if groups is None else groups))
 
     def start(self) -> None:
-        """Generate the first group now (with a bar), then the others in one background process."""
+        """Generate the first group now (with a bar), then the others in one low-priority background game server."""
         order = list(self._left)
         have = sum(self.total.values()) - self.missing()
         if not self.missing():
@@ -128,13 +136,14 @@ class GamePrefetch:
             return
         counts = ", ".join(f"{self.total[g]} {g}" for g in order if self.total[g])
         say(f"TextWorld games: this run plays {counts}; {self.missing()} to generate ({have} cached), "
-            f"{self.workers} processes; the train games first")
+            f"{self.workers} game servers; the train games first")
         if order:
             self.wait(order[:1])
         rest = self.missing(order[1:])
         if rest:
-            say(f"TextWorld games: generating the other {rest} in 1 background process while the chain runs")
-            self._spawn(1)
+            say(f"TextWorld games: generating the other {rest} in 1 background game server at nice "
+                f"{BACKGROUND_NICE} while the chain runs")
+            self._spawn(1, nice=BACKGROUND_NICE)
 
     def wait(self, groups: Iterable[str]) -> None:
         """Return once every game of ``groups`` exists, generating with ``workers`` processes meanwhile; raises the
@@ -144,8 +153,8 @@ class GamePrefetch:
         if left:
             from tqdm.auto import tqdm
 
-            with self._cond:
-                busy = sum(t.is_alive() for t in self._threads)
+            with self._cond:  # the low-priority background worker does not count: it may be starved
+                busy = sum(t.is_alive() for t in self._threads if t not in self._background)
             self._spawn(self.workers - busy)
             names = "+".join(g for g in groups if self._left[g])
             t0 = time.perf_counter()
@@ -169,24 +178,27 @@ class GamePrefetch:
         for t in self._threads:
             t.join()
 
-    def _spawn(self, n: int) -> None:
+    def _spawn(self, n: int, nice: int = 0) -> None:
         for _ in range(max(0, n)):
-            t = threading.Thread(target=self._work, name="r2v-games", daemon=True)
+            t = threading.Thread(target=serve_queue, args=(self._take, self._done, nice), name="r2v-games",
+                                 daemon=True)
             self._threads.append(t)
+            if nice:
+                self._background.append(t)
             t.start()
 
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped or not self._queue:
-                    return
-                group, spec, root = self._queue.popleft()
-            try:
-                ensure_game(spec, root)
-            except BaseException as exc:  # noqa: BLE001  (re-raised by wait() for its group)
-                with self._cond:
-                    self._errors.setdefault(group, exc)
-            finally:
-                with self._cond:
-                    self._left[group] -= 1
-                    self._cond.notify_all()
+    def _take(self) -> tuple[GameSpec, Path | None] | None:
+        with self._cond:
+            if self._stopped or not self._queue:
+                return None
+            group, spec, root = self._queue.popleft()
+            self._group_of[(spec.task_id, root)] = group
+            return spec, root
+
+    def _done(self, spec: GameSpec, root: Path | None, exc: BaseException | None) -> None:
+        with self._cond:
+            group = self._group_of.pop((spec.task_id, root))
+            if exc is not None:
+                self._errors.setdefault(group, exc)  # re-raised by wait() for its group
+            self._left[group] -= 1
+            self._cond.notify_all()

@@ -20,11 +20,12 @@ def trained_run_template(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------------------- TextWorld games
-# Generating a TextWorld game takes ~3 s of CPU in its own interpreter, and the default suite's test split
-# (40 games) alone was 40% of the whole suite's time on a fresh cache (332 of 834 s here). Most of the suite
-# leaves a core idle (sandbox deadlines, subprocess start-ups, single-threaded tests), so the games a selected
-# test declares with `@pytest.mark.textworld_games(suite, split)` are generated from the start of the session
-# in background threads at a low CPU priority, and the test's `textworld_games` fixture waits for them.
+# Generating a TextWorld game took ~3 s of CPU in its own interpreter (~1 s in a warmed game server now), and
+# the default suite's test split (40 games) alone was 40% of the whole suite's time on a fresh cache (332 of
+# 834 s here). Most of the suite leaves a core idle (sandbox deadlines, subprocess start-ups, single-threaded
+# tests), so the games a selected test declares with `@pytest.mark.textworld_games(suite, split)` are generated
+# from the start of the session by background game servers at a low CPU priority, and the test's
+# `textworld_games` fixture waits for them.
 _BACKGROUND: dict = {}
 _BACKGROUND_NICE = 10
 _BACKGROUND_WORKERS = 2
@@ -36,24 +37,16 @@ def pytest_configure(config):
 
 
 def _generate_in_background(specs, stop):
-    import os
+    from r2v_envs.textworld.generate import serve_queue
 
-    from r2v_envs.textworld.generate import ensure_game
-
-    # On Linux the nice value is per thread and inherited by the generator processes this thread starts.
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, _BACKGROUND_NICE)
-    except (AttributeError, OSError):
-        pass
-    while not stop.is_set():
+    def take():
         try:
-            spec = specs.pop()
+            return None if stop.is_set() else (specs.pop(), None)
         except IndexError:
-            break
-        try:
-            ensure_game(spec)
-        except Exception:  # noqa: BLE001 - the test generates what is still missing itself, and reports it
-            pass
+            return None
+
+    # a failed game is left to the test, which generates what is still missing itself and reports it
+    serve_queue(take, lambda spec, root, exc: None, nice=_BACKGROUND_NICE)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from r2v_envs.errors import GameGenerationError
+from r2v_envs.textworld import generate
 from r2v_envs.textworld.suite import get_suite
 from r2v_train import prefetch
 from r2v_train.chain import STAGES, ChainConfig, run_chain
@@ -44,14 +45,14 @@ def fake_generator(monkeypatch, tmp_path):
     lock = threading.Lock()
     fail = set()
 
-    def ensure(spec, root=None):
+    def ensure(spec, root=None, server=None):
         time.sleep(0.01)
         if spec.task_id in fail:
             raise GameGenerationError(f"could not generate {spec.task_id}")
         with lock:
             made.append(spec.task_id)
 
-    monkeypatch.setattr(prefetch, "ensure_game", ensure)
+    monkeypatch.setattr(generate, "ensure_game", ensure)  # what each worker's serve_queue calls
     monkeypatch.setattr(prefetch, "missing_games", lambda specs, root=None: [s for s in specs if s.task_id not in made])
     return made, fail
 

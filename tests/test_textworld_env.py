@@ -16,9 +16,10 @@ import r2v_envs  # noqa: F401
 
 pytest.importorskip("textworld", reason="needs the textworld extra: pip install 'r2v[textworld]'")
 
+from r2v_envs.errors import GameGenerationError  # noqa: E402
 from r2v_envs.textworld.env import make as make_textworld  # noqa: E402
-from r2v_envs.textworld.generate import ensure_game, game_path  # noqa: E402
-from r2v_envs.textworld.suite import get_suite  # noqa: E402
+from r2v_envs.textworld.generate import GameServer, ensure_game, game_path, missing_games  # noqa: E402
+from r2v_envs.textworld.suite import GameSpec, get_suite  # noqa: E402
 
 SEED = 7
 TASK = "tw-cooking-medium-001"
@@ -124,12 +125,26 @@ def test_expert_is_optional():
 
 
 def test_generation_is_byte_stable(tmp_path):
-    spec = get_suite("small")["tw-treasure_hunter-easy-001"]
-    with ThreadPoolExecutor(2) as pool:  # two generator processes side by side, each in its own cache
-        a, b = pool.map(lambda root: ensure_game(spec, root), (tmp_path / "a", tmp_path / "b"))
+    """A game server (import once, warm up, fork per game) writes the bytes of a fresh one-game process, after
+    a failed game and another family's game; the failure is a typed error and the server carries on."""
+    suite = get_suite("small")
+    spec, other = suite["tw-treasure_hunter-easy-001"], suite["tw-custom-easy-001"]
+    bad = GameSpec("custom", "easy", 99, "custom", {"nb_rooms": 2})  # no nb_objects: the generator raises
+
+    def served(root):
+        with GameServer() as server:
+            with pytest.raises(GameGenerationError, match="(?s)tw-custom-easy-099.*KeyError"):
+                ensure_game(bad, root, server=server)
+            ensure_game(other, root, server=server)
+            return ensure_game(spec, root, server=server)
+
+    with ThreadPoolExecutor(2) as pool:  # side by side, each in its own cache
+        a, b = pool.map(lambda f: f(), (lambda: ensure_game(spec, tmp_path / "a"), lambda: served(tmp_path / "b")))
     assert a.with_suffix(".json").read_bytes() == b.with_suffix(".json").read_bytes()
     assert a.read_bytes() == b.read_bytes()
-    assert game_path(spec, tmp_path / "a") == a
+    assert game_path(spec, tmp_path / "a") == a and game_path(spec, tmp_path / "b") == b
+    assert missing_games([bad], tmp_path / "b") == [bad]  # nothing half-written for the failed game
+    assert not [p for p in (tmp_path / "b").rglob("*") if p.name.startswith(".")]  # no temporary leftovers
 
 
 @pytest.mark.textworld_games("default", "test")
