@@ -33,6 +33,7 @@ from r2v_train.pipeline import register_commands
 from r2v_train.rollout import RolloutArgs, rollout, success_table
 from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainArgs, RouterTrainResult, train_router
 from r2v_train.runtime import keep_freed_memory
+from r2v_train.table1 import register_commands as table1_commands
 
 
 @dataclass
@@ -107,7 +108,7 @@ def chain_main(argv: Sequence[str] | None = None, stages: Sequence[str] | None =
 
 
 def _commands() -> dict[str, tuple[Any, type]]:
-    return {**register_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs),
+    return {**register_commands(), **table1_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs),
             "train-bc": (run_bc, BCLaunch), "train-dpo": (run_dpo, DPOLaunch),
             "router-train": (router_train_main, RouterTrainArgs), "doctor": (doctor, DoctorArgs)}
 

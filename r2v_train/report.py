@@ -146,8 +146,10 @@ def plot_pareto(results: Mapping[str, Any], path: str | os.PathLike) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for m, c in cells.items():
         x, y = c["llm_pct"], c["sr"]
-        xerr = [[x - c["llm_pct_ci"][0]], [c["llm_pct_ci"][1] - x]]
-        yerr = [[y - c["sr_ci"][0]], [c["sr_ci"][1] - y]]
+        # clamped at 0: a degenerate bootstrap CI can miss its point by float rounding (66.66...67 vs
+        # 66.66...66 on a 2-task ALFWorld miniature), and matplotlib rejects negative error bars
+        xerr = [[max(0.0, x - c["llm_pct_ci"][0])], [max(0.0, c["llm_pct_ci"][1] - x)]]
+        yerr = [[max(0.0, y - c["sr_ci"][0])], [max(0.0, c["sr_ci"][1] - y)]]
         hollow = m == "oracle"
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, mfc="none" if hollow else None,
                     label=METHOD_LABELS.get(m, m))

@@ -118,9 +118,11 @@ def assert_report_matches_shards(report_path, results, eval_dir):
         eps = load_rows(run_dir, "episodes", columns=["success"])
         steps = load_rows(run_dir, "steps", columns=["source"])
         assert eps and steps
-        assert float(row["SR (%)"]) == pytest.approx(100 * np.mean([e["success"] for e in eps]), abs=0.05)
+        # 0.0501, not 0.05: a value halfway between two printed decimals (56.25 -> "56.2") is 0.05 off in exact
+        # arithmetic, a hair more in float
+        assert float(row["SR (%)"]) == pytest.approx(100 * np.mean([e["success"] for e in eps]), abs=0.0501)
         teacher = sum(s["source"] in ("teacher", "oracle") for s in steps)
-        assert float(row["LLM%"]) == pytest.approx(100 * teacher / len(steps), abs=0.05)
+        assert float(row["LLM%"]) == pytest.approx(100 * teacher / len(steps), abs=0.0501)
         lo, hi = (float(x) for x in row["SR 95% CI"].strip("[]").split(","))
         assert lo <= float(row["SR (%)"]) <= hi
     def outcome(label):  # episode_id -> (success, steps, teacher steps) from the step shards alone
@@ -142,8 +144,8 @@ def assert_report_matches_shards(report_path, results, eval_dir):
         sr = 100 * np.mean([mine[k][0] - other[k][0] for k in mine])
         llm = 100 * (sum(v[2] for v in mine.values()) / sum(v[1] for v in mine.values())
                      - sum(v[2] for v in other.values()) / sum(v[1] for v in other.values()))
-        assert float(row["SR (points)"]) == pytest.approx(sr, abs=0.05)
-        assert float(row["LLM% (points)"]) == pytest.approx(llm, abs=0.05)
+        assert float(row["SR (points)"]) == pytest.approx(sr, abs=0.0501)
+        assert float(row["LLM% (points)"]) == pytest.approx(llm, abs=0.0501)
         lo, hi = (float(x) for x in row["LLM% 95% CI"].strip("[]").split(","))
         assert lo <= float(row["LLM% (points)"]) <= hi
     cal = {r["router"]: r for r in parse_markdown_table(text, "## Router calibration")}
