@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from r2v_agents.backbones import TINY, backbone_dir, load_backbone
-from r2v_agents.prompts import build_prompt, format_completion, render_prompt, uses_chat
+from r2v_agents.prompts import action_style, build_prompt, format_completion, render_prompt, uses_chat
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
 from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
@@ -93,16 +93,17 @@ class DPOStageConfig:
     """training seed"""
 
 
-def bc_rows(traj: Sequence[str | os.PathLike], tokenizer: Any = None) -> list[dict[str, str]]:
+def bc_rows(traj: Sequence[str | os.PathLike], tokenizer: Any = None, style: str = "line") -> list[dict[str, str]]:
     """Prompt/completion rows of the successful episodes of the runner directories ``traj``, rendered for
-    ``tokenizer`` (a chat template makes them chat turns; None or a plain tokenizer: the plain prompt)."""
+    ``tokenizer`` (a chat template makes them chat turns; None or a plain tokenizer: the plain prompt), actions
+    written in ``style`` (:func:`r2v_agents.prompts.action_style`)."""
 
     rows = []
     for d in traj:
         won = {e["episode_id"] for e in load_rows(d, "episodes", ["episode_id", "success"]) if e["success"]}
         steps = [r for r in load_rows(d, "steps") if r["episode_id"] in won]
-        rows.extend({"prompt": render_prompt(build_prompt(ctx), tokenizer),
-                     "completion": format_completion(row["action"], tokenizer)}
+        rows.extend({"prompt": render_prompt(build_prompt(ctx), tokenizer, style),
+                     "completion": format_completion(row["action"], tokenizer, style)}
                     for ctx, row in contexts_from_steps(steps))
     return rows
 
@@ -119,10 +120,12 @@ def _initial_model(cfg: BCStageConfig, rows: list[dict[str, str]], out_dir: str)
     return load_backbone(path)
 
 
-def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict[str, Any]:
+def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
+             env_id: str = "R2V/TextWorld-v0") -> dict[str, Any]:
     """Train BC into ``out_dir/model``; returns {"model": dir, "rows": n, "train_loss": x, "global_step": n}."""
     out_dir = os.fspath(out_dir)
-    rows = bc_rows(traj)
+    style = action_style(env_id)
+    rows = bc_rows(traj, style=style)
     if not rows:
         raise ValueError(f"D_traj in {list(map(str, traj))} has no successful episode: nothing to clone")
     final = os.path.join(out_dir, MODEL_DIR)
@@ -131,7 +134,7 @@ def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str
     else:
         model, tok = _initial_model(cfg, rows, out_dir)
         if uses_chat(tok):  # an instruct model: train on the chat turns it will be sampled with
-            rows = bc_rows(traj, tok)
+            rows = bc_rows(traj, tok, style)
         model.train()
     bc = BCConfig(output_dir=out_dir, epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                   per_device_train_batch_size=cfg.batch_size, max_length=cfg.max_length, lora_r=cfg.lora_r,
