@@ -27,6 +27,7 @@ from r2v_agents.backbones import TINY, backbone_dir, load_backbone
 from r2v_agents.prompts import action_style, build_prompt, format_completion, render_prompt, uses_chat
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
+from r2v_envs.errors import EmptyDatasetError
 from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
 
 INIT_DIR = "init"
@@ -154,11 +155,16 @@ def dpo_stage(cfg: DPOStageConfig, bc_model: str, pairs: str, out_dir: str | os.
     final = os.path.join(out_dir, MODEL_DIR)
     if not os.path.exists(os.path.join(final, DONE_FILE)):
         import datasets
+        import pyarrow.parquet as pq
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        # datasets fails on an empty Parquet file with a bare DatasetGenerationError (from a StopIteration):
+        # count the rows first
+        if pq.ParquetFile(pairs).metadata.num_rows == 0:
+            raise EmptyDatasetError(f"{pairs} holds no preference pair: DPO has nothing to learn (the SLM's K "
+                                    "candidates never gave a verifier-separated pair; raise preferences.k or "
+                                    "preferences.max_contexts)")
         data = datasets.Dataset.from_parquet(pairs)
-        if len(data) == 0:
-            raise ValueError(f"{pairs} holds no preference pair: DPO has nothing to learn")
         data = data.select_columns(["prompt", "chosen", "rejected", "prompt_alt", "candidates"])
         model = AutoModelForCausalLM.from_pretrained(bc_model)
         tok = AutoTokenizer.from_pretrained(bc_model)
