@@ -19,9 +19,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR  # noqa: E402
 from r2v_train.chain import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
+from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_train.evaluate import METHODS  # noqa: E402
-from r2v_train.pipeline import load_config, run_pipeline  # noqa: E402
+from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline  # noqa: E402
 from tests.eval_fixtures import assert_report_matches_shards  # noqa: E402
 
 HUMANEVAL = pytest.param(("R2V/HumanEval-v0", {}), marks=pytest.mark.skipif(
@@ -56,8 +58,6 @@ def pipeline_run(request, tmp_path_factory):
 
 def test_every_stage_and_artifact_and_the_report_matches_the_shards(pipeline_run):
     import pyarrow.parquet as pq
-
-    from r2v_agents.shards import load_rows
 
     env_id, cfg, run_dir, summary = pipeline_run
     paths = stage_paths(run_dir)
@@ -97,3 +97,36 @@ def test_rerun_skips_and_a_killed_stage_resumes(pipeline_run):
     assert {s: read_marker(run_dir, s)["run_id"] for s in STAGES[:6]} == {s: ids[s] for s in STAGES[:6]}
     assert kept and {p: p.stat().st_mtime_ns for p in kept} == kept  # finished episodes were not replayed
     assert list(Path(run_dir, "router_data", "valid").rglob("*.parquet"))
+
+
+def test_cpu_presets_load_and_a_tasks_dir_runs_the_same(tmp_path):
+    """The SmolLM2 presets of r2v_train/configs load as documented, and terminalbench.yaml with
+    ``tasks_dir`` set to another Terminal-Bench-format folder splits and plays that folder's tasks instead."""
+    import yaml
+
+    he, tb = (load_config(CONFIG_DIR / f"{n}.yaml") for n in ("humaneval", "terminalbench"))
+    assert (he.chain.env.env_id, tb.chain.env.env_id) == ("R2V/HumanEval-v0", "R2V/TerminalBench-v0")
+    for cfg in (he, tb):
+        assert cfg.chain.bc.base_model == cfg.baseline_slm == "smollm2" and cfg.chain.bc.lora_r > 0
+        assert cfg.chain.dpo.batch_size == 1 and cfg.chain.threads == 1  # SmolLM2 DPO on CPU: batch 2 took ~21 GB
+        assert cfg.evaluate.env_id == cfg.chain.env.env_id
+    data = yaml.safe_load((CONFIG_DIR / "terminalbench.yaml").read_text())
+    data["chain"]["env"]["workers"] = 0
+    small = Path(__file__).parent / "data" / "terminalbench"  # 3 tasks: the 70/15/15 split has no valid task
+    data["chain"]["env"]["env_kwargs"] = {"tasks_dir": str(small)}
+    with pytest.raises(ValueError, match="no train or no valid task"):
+        run_chain(load_config(data).chain, tmp_path / "small", only=["split"])
+    folder = tmp_path / "tasks"  # another folder: the shipped tasks and the test-data tasks together
+    for src in (SHIPPED_TASKS_DIR, small):
+        for task in src.iterdir():
+            if task.is_dir() and not task.name.startswith(("_", ".")):
+                shutil.copytree(task, folder / task.name)
+    data["chain"]["env"]["env_kwargs"] = {"tasks_dir": str(folder)}
+    cfg = load_config(data)
+    assert cfg.evaluate.env_kwargs == {"tasks_dir": str(folder)}  # the evaluation plays the same folder
+    out = run_chain(cfg.chain, tmp_path / "run", only=["split", "teacher"])
+    split = json.load(open(stage_paths(tmp_path / "run")["split"]))
+    ids = set(split["train"]) | set(split["valid"]) | set(split["test"])
+    assert len(ids) == 16 and {"copy-tests-to-workdir", "harbor-csv-stats", "upstream-uv-bootstrap"} < ids
+    eps = load_rows(stage_paths(tmp_path / "run")["teacher"], "episodes")
+    assert {e["task_id"] for e in eps} == set(split["used"]["train"]) and out["teacher"]["outputs"]["success_rate"] == 1
