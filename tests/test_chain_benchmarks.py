@@ -59,7 +59,7 @@ def pipeline_run(request, tmp_path_factory):
 def test_every_stage_and_artifact_and_the_report_matches_the_shards(pipeline_run):
     import pyarrow.parquet as pq
 
-    env_id, cfg, run_dir, summary = pipeline_run
+    env_id, _, run_dir, summary = pipeline_run
     paths = stage_paths(run_dir)
     for stage in STAGES:
         assert read_marker(run_dir, stage)["key"], stage
@@ -83,7 +83,7 @@ def test_every_stage_and_artifact_and_the_report_matches_the_shards(pipeline_run
 
 
 def test_rerun_skips_and_a_killed_stage_resumes(pipeline_run):
-    env_id, cfg, run_dir, _ = pipeline_run
+    _, cfg, run_dir, _ = pipeline_run
     ids = {s: read_marker(run_dir, s)["run_id"] for s in STAGES}
     again = run_chain(cfg.chain, run_dir)
     assert all(r["skipped"] for r in again.values())
