@@ -27,7 +27,8 @@ from typing import Any
 from r2v_agents.backbones import load_backbone
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
-from r2v_agents.prompts import SYSTEM_PROMPT, build_prompt, parse_completion, render_prompt
+from r2v_agents.prompts import ACTION_STYLES, SYSTEM_PROMPT, build_prompt, parse_completion, render_prompt
+from r2v_envs.errors import UnknownChoiceError
 
 
 def fallback_action(ctx: Context) -> str:
@@ -221,9 +222,12 @@ class HFTeacher(BatchPolicy):
     name = "teacher"
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 32, batch_size: int = 8,
-                 max_prompt_tokens: int = 1024):
+                 max_prompt_tokens: int = 1024, style: str = "line"):
         if max_new_tokens < 1 or batch_size < 1 or max_prompt_tokens < 1:
             raise ValueError("max_new_tokens, batch_size and max_prompt_tokens must be >= 1")
+        if style not in ACTION_STYLES:
+            raise UnknownChoiceError("action style", style, ACTION_STYLES)
+        self.style = style  # "block": multi-line actions (r2v_agents.prompts.action_style)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.max_new_tokens, self.batch_size, self.max_prompt_tokens = max_new_tokens, batch_size, max_prompt_tokens
         self.tokenizer.padding_side = "left"
@@ -250,7 +254,7 @@ class HFTeacher(BatchPolicy):
 
         if not contexts:
             return []
-        prompts = [render_prompt(build_prompt(c), self.tokenizer) for c in contexts]
+        prompts = [render_prompt(build_prompt(c), self.tokenizer, self.style) for c in contexts]
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(self.model.parameters()).device
         ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
@@ -263,7 +267,7 @@ class HFTeacher(BatchPolicy):
         for row in gen[:, ids.shape[1]:].tolist():
             self.stats.requests += 1
             toks = [t for t in row if t != self.tokenizer.pad_token_id]
-            action = parse_completion(self.tokenizer.decode(toks, skip_special_tokens=True))
+            action = parse_completion(self.tokenizer.decode(toks, skip_special_tokens=True), self.style)
             if not action:
                 self._error("empty completion")
                 out.append(None)

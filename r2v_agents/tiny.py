@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from r2v_agents.prompts import build_prompt, format_completion
+from r2v_agents.prompts import action_style, build_prompt, format_completion
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.teachers import OracleTeacher
@@ -87,5 +87,5 @@ def env_corpus(env_id: str, task_ids: Sequence[str] | None = None, seeds: Sequen
                         seeds=tuple(seeds), split=split, max_steps=max_steps, env_kwargs=dict(env_kwargs),
                         progress=False)
         run(OracleTeacher(), cfg)
-        return [build_prompt(ctx) + format_completion(row["action"]) + EOS
+        return [build_prompt(ctx) + format_completion(row["action"], style=action_style(env_id)) + EOS
                 for ctx, row in contexts_from_steps(load_rows(tmp, "steps"))]

@@ -55,3 +55,7 @@ class FeatureSpecError(R2VError, ValueError):
 
 class TaskEnvironmentError(R2VError, RuntimeError):
     """A task's execution environment (a container image, a sandbox) could not be prepared."""
+
+
+class EmptyDatasetError(R2VError, ValueError):
+    """A training stage got no example to learn from (e.g. no preference pair for DPO)."""

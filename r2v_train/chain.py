@@ -114,7 +114,7 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
         return {"dir": s.out_dir, "episodes": s.episodes + s.skipped, "success_rate": _success(s.out_dir)}
 
     def bc(c, d):
-        return policy_stages.bc_stage(c.bc, collect.traj_dirs(d), os.path.join(d, "bc"))
+        return policy_stages.bc_stage(c.bc, collect.traj_dirs(d), os.path.join(d, "bc"), c.env.env_id)
 
     def prefs(c, d):
         return preferences.preferences_stage(c.preferences, stage_paths(d)["bc_model"], collect.traj_dirs(d),

@@ -35,6 +35,7 @@ from typing import Any
 import r2v_envs  # noqa: F401
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
+from r2v_agents.prompts import action_style
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.samplers.openai_sampler import OpenAISampler
 from r2v_agents.samplers.transformers_sampler import TransformersSampler
@@ -163,9 +164,9 @@ def load_split(split_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------------- stage 1
-def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
+def make_teacher(cfg: TeacherConfig | str, env_id: str = "R2V/TextWorld-v0") -> BatchPolicy:
     """The teacher pi_T: the env's oracle, an OpenAI-compatible chat model (``cfg.model`` at ``cfg.base_url``), or
-    a local transformers model (``cfg.model``: a directory or ``smollm2``)."""
+    a local transformers model (``cfg.model``: a directory or ``smollm2``; it writes ``env_id``'s action style)."""
 
     cfg = TeacherConfig(teacher=cfg) if isinstance(cfg, str) else cfg
     if cfg.teacher == "oracle":
@@ -178,7 +179,7 @@ def make_teacher(cfg: TeacherConfig | str) -> BatchPolicy:
     if cfg.teacher == "hf":
         if not cfg.model:
             raise ValueError("the hf teacher needs teacher.model (a model directory or a backbone name: smollm2)")
-        return HFTeacher.from_pretrained(cfg.model)
+        return HFTeacher.from_pretrained(cfg.model, style=action_style(env_id))
 
     raise UnknownChoiceError("teacher", cfg.teacher, ["oracle", "openai", "hf"])
 
@@ -192,7 +193,7 @@ def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], o
                    workers=env.workers, progress=progress,
                    # a local model teacher batches across envs in this process instead of a copy per worker
                    policy_in_workers=env.workers > 0 and cfg.teacher != "hf")
-    return run(make_teacher(cfg), rc, policy_name=cfg.teacher)
+    return run(make_teacher(cfg, env.env_id), rc, policy_name=cfg.teacher)
 
 
 # --------------------------------------------------------------------------------------------------- stage 2
@@ -260,11 +261,12 @@ def traj_dirs(run_dir: str | os.PathLike) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------- stage 7
-def make_sampler(model_dir: str, cfg: RouterDataConfig):
-    """The SLM's candidate sampler over a saved model (``cfg.sampler``: transformers, vllm or openai)."""
+def make_sampler(model_dir: str, cfg: RouterDataConfig, style: str = "line"):
+    """The SLM's candidate sampler over a saved model (``cfg.sampler``: transformers, vllm or openai); ``style``:
+    how actions end (:func:`r2v_agents.prompts.action_style`; the transformers sampler cuts them accordingly)."""
     opts = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
     if cfg.sampler == "transformers":
-        return TransformersSampler.from_pretrained(model_dir, seed=cfg.sampler_seed, **opts)
+        return TransformersSampler.from_pretrained(model_dir, seed=cfg.sampler_seed, style=style, **opts)
     if cfg.sampler == "vllm":
         return VLLMSampler(model_dir, seed=cfg.sampler_seed, **opts)
     if cfg.sampler == "openai":
@@ -281,7 +283,7 @@ def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWor
     ``sampler`` (e.g. a :class:`r2v_agents.samplers.memo.MemoSampler` shared by several policies) replaces the one
     :func:`make_sampler` would load."""
 
-    sampler = make_sampler(model_dir, cfg) if sampler is None else sampler
+    sampler = make_sampler(model_dir, cfg, action_style(env_id)) if sampler is None else sampler
     return SLMPolicy(sampler, verifier_for(env_id), k=cfg.k, admissible=cfg.admissible)
 
 

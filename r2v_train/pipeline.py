@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from r2v_agents.prompts import action_style
 from r2v_agents.samplers.memo import MemoSampler
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
@@ -54,6 +55,9 @@ class PipelineConfig:
     """evaluation of the six methods"""
     ablations: tuple[str, ...] = ()
     """ablations to run after the evaluation: features, closed_source, cvar, consistency"""
+    baseline_slm: str = ""
+    """an untrained SLM (a model directory or a backbone name, e.g. smollm2) also run as SLM-only on the main
+    condition (``<run>/eval_baseline``): the SR before the chain's training, in the report's Run lines"""
 
 
 def _override(obj: Any, values: Mapping[str, Any]) -> Any:
@@ -85,7 +89,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
             data = yaml.safe_load(fh) or {}
     else:
         data = dict(source)
-    keys = ["preset", "chain", "evaluate", "ablations", "description", "progress"]
+    keys = ["preset", "chain", "evaluate", "ablations", "description", "progress", "baseline_slm"]
     unknown = set(data) - set(keys)
     if unknown:
         raise UnknownChoiceError("pipeline config key", sorted(unknown)[0], keys)
@@ -103,7 +107,8 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
     for a in data.get("ablations") or ():
         if a not in ABLATION_NAMES:
             raise UnknownChoiceError("ablation", a, ABLATION_NAMES)
-    return PipelineConfig(chain=chain, evaluate=ev, ablations=tuple(data.get("ablations") or ()))
+    return PipelineConfig(chain=chain, evaluate=ev, ablations=tuple(data.get("ablations") or ()),
+                          baseline_slm=data.get("baseline_slm") or "")
 
 
 def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
@@ -113,7 +118,7 @@ def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
     p = stage_paths(run_dir)
     model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
     return Agents(slm=shared_slm(model, chain.router_data, chain.env.env_id),
-                  teacher=lambda: make_teacher(chain.teacher),
+                  teacher=lambda: make_teacher(chain.teacher, chain.env.env_id),
                   router_path=p["router"], valid_router_dir=p["router_data_valid"])
 
 
@@ -124,7 +129,7 @@ def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
 
     @functools.cache
     def sampler() -> Any:
-        return MemoSampler(make_sampler(model_dir, cfg))
+        return MemoSampler(make_sampler(model_dir, cfg, action_style(env_id)))
 
     return lambda: slm_policy(model_dir, cfg, env_id, sampler=sampler())
 
@@ -179,6 +184,12 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
             f"{', '.join(ev.conditions())}; one bar per method and condition")
         results = evaluate(agents_from_run(cfg.chain, run_dir), ev, run_dir / "eval")
         timings["evaluate"] = time.perf_counter() - t
+        baseline = None
+        if cfg.baseline_slm:
+            t = time.perf_counter()
+            say(f"baseline: the untrained SLM {cfg.baseline_slm} alone on the {ev.split} split (main condition)")
+            baseline = evaluate_baseline(cfg, run_dir)
+            timings["baseline"] = time.perf_counter() - t
         for name in cfg.ablations:
             t = time.perf_counter()
             say(f"ablation {name}")
@@ -192,6 +203,10 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
                    for s, o in chain_out.items()]
     extra = {"chain stages": ", ".join(stage_times),
              **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items() if k != "games_up_front"}}
+    if baseline is not None:
+        extra[f"SLM-only before training ({cfg.baseline_slm})"] = (
+            f"SR {baseline['sr']:.1f} [{baseline['sr_ci'][0]:.1f}, {baseline['sr_ci'][1]:.1f}] over "
+            f"{baseline['episodes']} episodes (trained SLM-only: SR {results['conditions'][results['main_condition']]['slm']['sr']:.1f})")
     report = write_report(run_dir, extra=extra)
     summary = {"config": jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
                "main": results["conditions"][results["main_condition"]],
@@ -200,6 +215,18 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
                                for k, v in (results.get("calibration") or {}).items()}}
     write_json_atomic(run_dir / "pipeline.json", summary)
     return summary
+
+
+def evaluate_baseline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, Any]:
+    """SLM-only with the untrained ``cfg.baseline_slm`` on the evaluation's main condition, tasks and seeds (the
+    trained SLM's sampler settings and verifier); its metrics, also written to ``<run>/eval_baseline``."""
+
+    chain = cfg.chain
+    agents = Agents(slm=shared_slm(cfg.baseline_slm, chain.router_data, chain.env.env_id),
+                    teacher=lambda: make_teacher(chain.teacher, chain.env.env_id))
+    ev = dataclasses.replace(cfg.evaluate, methods=("slm",), per_type=(), heuristic_sweep=())
+    res = evaluate(agents, ev, Path(run_dir) / "eval_baseline")
+    return res["conditions"][res["main_condition"]]["slm"]
 
 
 def summary_text(summary: Mapping[str, Any]) -> str:

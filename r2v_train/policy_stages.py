@@ -24,12 +24,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from r2v_agents.backbones import TINY, backbone_dir, load_backbone
-from r2v_agents.prompts import build_prompt, format_completion, render_prompt, uses_chat
+from r2v_agents.prompts import action_style, build_prompt, format_completion, render_prompt, uses_chat
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
+from r2v_envs.errors import EmptyDatasetError
 from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
 
 INIT_DIR = "init"
+CHECKPOINTING_MIN_PARAMS = 100_000_000  # DPO recomputes activations for models this large (memory on CPU)
 
 
 @dataclass
@@ -93,16 +95,17 @@ class DPOStageConfig:
     """training seed"""
 
 
-def bc_rows(traj: Sequence[str | os.PathLike], tokenizer: Any = None) -> list[dict[str, str]]:
+def bc_rows(traj: Sequence[str | os.PathLike], tokenizer: Any = None, style: str = "line") -> list[dict[str, str]]:
     """Prompt/completion rows of the successful episodes of the runner directories ``traj``, rendered for
-    ``tokenizer`` (a chat template makes them chat turns; None or a plain tokenizer: the plain prompt)."""
+    ``tokenizer`` (a chat template makes them chat turns; None or a plain tokenizer: the plain prompt), actions
+    written in ``style`` (:func:`r2v_agents.prompts.action_style`)."""
 
     rows = []
     for d in traj:
         won = {e["episode_id"] for e in load_rows(d, "episodes", ["episode_id", "success"]) if e["success"]}
         steps = [r for r in load_rows(d, "steps") if r["episode_id"] in won]
-        rows.extend({"prompt": render_prompt(build_prompt(ctx), tokenizer),
-                     "completion": format_completion(row["action"], tokenizer)}
+        rows.extend({"prompt": render_prompt(build_prompt(ctx), tokenizer, style),
+                     "completion": format_completion(row["action"], tokenizer, style)}
                     for ctx, row in contexts_from_steps(steps))
     return rows
 
@@ -119,10 +122,12 @@ def _initial_model(cfg: BCStageConfig, rows: list[dict[str, str]], out_dir: str)
     return load_backbone(path)
 
 
-def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict[str, Any]:
+def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
+             env_id: str = "R2V/TextWorld-v0") -> dict[str, Any]:
     """Train BC into ``out_dir/model``; returns {"model": dir, "rows": n, "train_loss": x, "global_step": n}."""
     out_dir = os.fspath(out_dir)
-    rows = bc_rows(traj)
+    style = action_style(env_id)
+    rows = bc_rows(traj, style=style)
     if not rows:
         raise ValueError(f"D_traj in {list(map(str, traj))} has no successful episode: nothing to clone")
     final = os.path.join(out_dir, MODEL_DIR)
@@ -131,7 +136,7 @@ def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str
     else:
         model, tok = _initial_model(cfg, rows, out_dir)
         if uses_chat(tok):  # an instruct model: train on the chat turns it will be sampled with
-            rows = bc_rows(traj, tok)
+            rows = bc_rows(traj, tok, style)
         model.train()
     bc = BCConfig(output_dir=out_dir, epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                   per_device_train_batch_size=cfg.batch_size, max_length=cfg.max_length, lora_r=cfg.lora_r,
@@ -151,11 +156,16 @@ def dpo_stage(cfg: DPOStageConfig, bc_model: str, pairs: str, out_dir: str | os.
     final = os.path.join(out_dir, MODEL_DIR)
     if not os.path.exists(os.path.join(final, DONE_FILE)):
         import datasets
+        import pyarrow.parquet as pq
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        # datasets fails on an empty Parquet file with a bare DatasetGenerationError (from a StopIteration):
+        # count the rows first
+        if pq.ParquetFile(pairs).metadata.num_rows == 0:
+            raise EmptyDatasetError(f"{pairs} holds no preference pair: DPO has nothing to learn (the SLM's K "
+                                    "candidates never gave a verifier-separated pair; raise preferences.k or "
+                                    "preferences.max_contexts)")
         data = datasets.Dataset.from_parquet(pairs)
-        if len(data) == 0:
-            raise ValueError(f"{pairs} holds no preference pair: DPO has nothing to learn")
         data = data.select_columns(["prompt", "chosen", "rejected", "prompt_alt", "candidates"])
         model = AutoModelForCausalLM.from_pretrained(bc_model)
         tok = AutoTokenizer.from_pretrained(bc_model)
@@ -164,7 +174,11 @@ def dpo_stage(cfg: DPOStageConfig, bc_model: str, pairs: str, out_dir: str | os.
             output_dir=ckpt, consistency_coef=cfg.consistency_coef, beta=cfg.beta, num_train_epochs=cfg.epochs,
             max_steps=cfg.max_steps, learning_rate=cfg.learning_rate, per_device_train_batch_size=cfg.batch_size,
             max_length=cfg.max_length, save_steps=cfg.save_steps, save_total_limit=2, logging_steps=1,
-            report_to="none", seed=cfg.seed)
+            report_to="none", seed=cfg.seed,
+            # a pretrained backbone recomputes activations in backward (TRL's default): SmolLM2-135M on HumanEval+
+            # pairs (~650 tokens, batch 1) peaked at 14.6 GB on CPU without it and was OOM-killed twice on a
+            # 23 GB machine; the tiny models keep the faster path
+            gradient_checkpointing=model.num_parameters() >= CHECKPOINTING_MIN_PARAMS)
         trainer = ConsistencyDPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=data,
                                         processing_class=tok)
         resume = os.path.isdir(ckpt) and any(d.startswith("checkpoint-") for d in os.listdir(ckpt))

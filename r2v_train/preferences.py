@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from r2v_agents.prompts import build_prompt, format_completion, render_prompt
+from r2v_agents.prompts import action_style, build_prompt, format_completion, render_prompt
 from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.slm import SLMPolicy
@@ -99,11 +99,11 @@ def traj_contexts(dirs: Sequence[str | os.PathLike]) -> list[tuple[Any, dict[str
     return out
 
 
-def _views(items: list[tuple[Any, dict[str, Any]]], tokenizer: Any = None
+def _views(items: list[tuple[Any, dict[str, Any]]], tokenizer: Any = None, style: str = "line"
            ) -> dict[tuple[str, int], dict[int, tuple[str, tuple]]]:
     views: dict[tuple[str, int], dict[int, tuple[str, tuple]]] = {}
     for ctx, row in items:
-        views.setdefault((row["task_id"], row["t"]), {})[row["z"]] = (render_prompt(build_prompt(ctx), tokenizer),
+        views.setdefault((row["task_id"], row["t"]), {})[row["z"]] = (render_prompt(build_prompt(ctx), tokenizer, style),
                                                                       tuple(ctx.actions))
     return views
 
@@ -134,7 +134,7 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
     order = np.arange(len(items))
     if cfg.max_contexts and cfg.max_contexts < len(items):
         order = np.sort(np.random.default_rng(cfg.seed).choice(len(items), cfg.max_contexts, replace=False))
-    verifier = verifier_for(env_id)
+    verifier, style = verifier_for(env_id), action_style(env_id)
     policy = None
     for c0 in range(0, len(order), cfg.chunk_size):
         path = chunks / f"chunk-{c0 // cfg.chunk_size:05d}.parquet"
@@ -142,10 +142,10 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
             continue
         if policy is None:  # load the model only when there is work left
             sampler = TransformersSampler.from_pretrained(model_dir, max_new_tokens=cfg.max_new_tokens,
-                                                          temperature=cfg.temperature, seed=cfg.seed)
+                                                          temperature=cfg.temperature, seed=cfg.seed, style=style)
             policy = SLMPolicy(sampler, verifier, k=cfg.k)
             tok = sampler.tokenizer  # pairs are rendered as the model reads them (a chat turn for chat models)
-            views = _views(items, tok)
+            views = _views(items, tok, style)
         batch = [items[i] for i in order[c0:c0 + cfg.chunk_size]]
         proposals = policy.propose([ctx for ctx, _ in batch])
         rows = []
@@ -158,10 +158,10 @@ def preferences_stage(cfg: PreferenceConfig, model_dir: str, traj: Sequence[str 
                 continue
             plus, minus, origin = pair
             extra = sorted({a for a, _ in scored if a and a not in (plus, minus)})
-            rows.append({"prompt": render_prompt(build_prompt(ctx), tok), "chosen": format_completion(plus, tok),
-                         "rejected": format_completion(minus, tok),
+            rows.append({"prompt": render_prompt(build_prompt(ctx), tok, style),
+                         "chosen": format_completion(plus, tok, style), "rejected": format_completion(minus, tok, style),
                          "prompt_alt": alt_prompt(views[(row["task_id"], row["t"])], row["z"]),
-                         "candidates": [format_completion(a, tok) for a in extra], "origin": origin,
+                         "candidates": [format_completion(a, tok, style) for a in extra], "origin": origin,
                          "task_id": row["task_id"], "t": row["t"], "z": row["z"],
                          "chosen_score": max(s for a, s in scored + [(row["action"], teacher_score)] if a == plus),
                          "rejected_score": min(s for a, s in scored if a == minus)})

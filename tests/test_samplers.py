@@ -143,3 +143,38 @@ def test_memo_sampler_returns_what_the_sampler_draws_and_samples_each_decision_o
     unkeyed_before = memo.misses
     memo.sample(prompts, 2)
     assert memo.misses == unkeyed_before  # without keys: passed through, never memoised
+
+
+class _Scripted(torch.nn.Module):
+    """The tiny model with its logits pushed towards a fixed continuation: the i-th generated token is
+    ``script[i]`` (whatever the prompt), so the stop rules are tested on known text."""
+
+    def __init__(self, model, script):
+        super().__init__()
+        self.model, self.script, self.generation_config = model, script, model.generation_config
+
+    def forward(self, input_ids=None, past_key_values=None, **kw):
+        if past_key_values is None:
+            self._prompt_len = input_ids.shape[1]
+        step = 0 if past_key_values is None else past_key_values.get_seq_length() - self._prompt_len + 1
+        out = self.model(input_ids=input_ids, past_key_values=past_key_values, **kw)
+        out.logits[:, -1, self.script[min(step, len(self.script) - 1)]] += 1e4
+        return out
+
+
+def test_block_style_keeps_lines_and_stops_at_the_closing_fence(tiny):
+    """R2V/HumanEval-v0 actions span lines: style="block" keeps them whole and ends at the closing fence (the
+    text after it is never generated); the default line style still cuts at the first newline."""
+    tok, model, _ = tiny
+    action = "write_code\n```python\nreturn 1\n```"
+    script = tok(action + "\nsubmit\nmore", add_special_tokens=False)["input_ids"]
+    fence_end = len(tok(action, add_special_tokens=False)["input_ids"])
+    scripted = _Scripted(model, script)
+    block = TransformersSampler(scripted, tok, max_new_tokens=len(script), seed=0, style="block")
+    cands = block.sample(["Goal: f\nAction:"], k=2)[0]
+    assert [c.action for c in cands] == [action, action]
+    assert all(len(c.token_ids) == fence_end == len(c.token_logprobs) for c in cands)
+    line = TransformersSampler(scripted, tok, max_new_tokens=len(script), seed=0)
+    assert [c.action for c in line.sample(["Goal: f\nAction:"], k=2)[0]] == ["write_code", "write_code"]
+    with pytest.raises(ValueError, match="action style"):
+        TransformersSampler(model, tok, style="paragraph")

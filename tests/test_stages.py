@@ -118,3 +118,20 @@ def test_chain_checks_its_arguments(tmp_path):
     assert list(cli.main(["collect", "--run-dir", str(tmp_path), "--config.env.env-id", "R2V/Scripted-v0",
                               "--env-kwargs", "{}",
                               "--config.split.max-train-tasks", "2", "--config.replay.seeds", "1"])) == list(FIRST)
+
+
+def test_dpo_on_no_preference_pair_is_a_typed_error(tmp_path):
+    """The preferences stage can find no verifier-separated pair (a weak SLM whose K candidates all score alike):
+    DPO then says so with a typed error before loading anything (datasets failed on the empty Parquet file with a
+    bare DatasetGenerationError raised from a StopIteration)."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("datasets")
+    from r2v_envs.errors import EmptyDatasetError
+    from r2v_train.policy_stages import DPOStageConfig, dpo_stage
+    from r2v_train.preferences import _schema
+
+    pairs = tmp_path / "pairs.parquet"
+    pq.write_table(pa.Table.from_pylist([], schema=_schema()), pairs)
+    with pytest.raises(EmptyDatasetError, match="no preference pair"):
+        dpo_stage(DPOStageConfig(max_steps=1), str(tmp_path / "no-model"), str(pairs), tmp_path / "dpo")
+    assert not (tmp_path / "dpo" / "model").exists()

@@ -2,7 +2,9 @@
 
 Log-probs and entropies come from the model's raw logits, i.e. the policy's own distribution before
 temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut
-at its first stop token (EOS, any EOS of the generation config, or a token containing a newline); padding after
+at its first stop token: EOS or any EOS of the generation config (a chat model's end of turn), and with
+``style="line"`` (the default) also a token containing a newline; with ``style="block"`` (multi-line actions,
+:func:`r2v_agents.prompts.action_style`) at the token that closes its first code fence instead. Padding after
 a finished sequence is masked out (``generate`` still scores the pad positions). Prompts from :func:`r2v_agents.prompts.build_prompt` are
 rendered with :func:`r2v_agents.prompts.render_prompt` first: a chat model (a tokenizer with a chat template)
 reads them as a chat turn, exactly as BC and DPO trained it; the tiny model reads the plain text.
@@ -24,8 +26,9 @@ from typing import Any
 
 from r2v_agents.backbones import load_backbone
 from r2v_agents.policy import Candidate
-from r2v_agents.prompts import parse_completion, render_prompt
+from r2v_agents.prompts import ACTION_STYLES, fence_closed, parse_completion, render_prompt
 from r2v_agents.samplers import ChunkedSampler, stream_seed
+from r2v_envs.errors import UnknownChoiceError
 
 
 class TransformersSampler(ChunkedSampler):
@@ -38,7 +41,10 @@ class TransformersSampler(ChunkedSampler):
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
                  top_p: float = 1.0, max_prompt_tokens: int = 1024, batch_size: int = 8, device: str | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, style: str = "line"):
+        if style not in ACTION_STYLES:
+            raise UnknownChoiceError("action style", style, ACTION_STYLES)
+        self.style = style
         if temperature <= 0:
             raise ValueError("temperature must be > 0 (K samples need sampling); use k=1 for greedy decoding")
         self.model, self.tokenizer = model, tokenizer
@@ -61,8 +67,10 @@ class TransformersSampler(ChunkedSampler):
 
     def _stop_ids(self) -> set[int]:
         if self._newline_ids is None:
-            vocab = self.tokenizer.get_vocab()
-            ids = {i for i in vocab.values() if "\n" in self.tokenizer.decode([i])}
+            ids = set()
+            if self.style == "line":  # block actions span lines: only EOS / end of turn (and the fence) end them
+                vocab = self.tokenizer.get_vocab()
+                ids = {i for i in vocab.values() if "\n" in self.tokenizer.decode([i])}
             ids.add(self.tokenizer.eos_token_id)
             # a chat model may end its turn with another token than the tokenizer's EOS (a list in the config)
             extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
@@ -74,7 +82,7 @@ class TransformersSampler(ChunkedSampler):
         import torch
 
         # special tokens are in the rendered text already (chat) or not used (plain prompts of the tiny model)
-        enc = self.tokenizer([render_prompt(p, self.tokenizer) for p in prompts], return_tensors="pt", padding=True,
+        enc = self.tokenizer([render_prompt(p, self.tokenizer, self.style) for p in prompts], return_tensors="pt", padding=True,
                              add_special_tokens=False)
         device = next(self.model.parameters()).device
         ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
@@ -98,21 +106,33 @@ class TransformersSampler(ChunkedSampler):
             cands = []
             for row in range(p * k, (p + 1) * k):
                 toks = new[row].tolist()
-                end = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
+                end = self._cut(toks, stop)
                 text = self.tokenizer.decode([t for t in toks[:end] if t != eos], skip_special_tokens=True)
                 lps = tuple(float(x) for x in tok_lp[row, :end])
-                cands.append(Candidate(action=parse_completion(text), logprob=sum(lps), token_logprobs=lps,
+                cands.append(Candidate(action=parse_completion(text, self.style), logprob=sum(lps), token_logprobs=lps,
                                        token_entropies=tuple(float(x) for x in ent[row, :end]),
                                        token_ids=tuple(toks[:end]), prompt_token_ids=prompt_ids))
             result.append(cands)
         return result
+
+    def _cut(self, toks: list[int], stop: set[int]) -> int:
+        """Tokens kept of a sampled row: up to its first stop token, or (block style) its fence-closing token."""
+        end = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
+        if self.style == "block":
+            text = ""
+            for j, t in enumerate(toks[:end]):
+                text += self.tokenizer.decode([t])
+                if fence_closed(text):
+                    return j + 1
+        return end
 
     def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None) -> tuple[Any, Any]:
         """Sample ``k`` continuations of each left-padded prompt: (token ids (B k, T), raw logits (B k, T, V)).
 
         The prompt is encoded once and its KV cache repeated k times (``generate(num_return_sequences=k)``
         encodes each prompt k times, which dominated sampling on CPU); decoding stops as soon as every
-        sequence has emitted a stop token (EOS or a newline), since candidates are cut there anyway.
+        sequence has emitted a stop token (EOS or a newline; block style: EOS or a closed fence), since
+        candidates are cut there anyway.
         ``streams`` (one ``torch.Generator`` per prompt) make each prompt's draws its own.
         """
         import torch
@@ -129,12 +149,19 @@ class TransformersSampler(ChunkedSampler):
             logits = out.logits[:, -1].repeat_interleave(k, dim=0)
             tokens, raw = [], []
             done = torch.zeros(len(logits), dtype=torch.bool, device=ids.device)
+            texts = [""] * len(logits) if self.style == "block" else None
             for t in range(self.max_new_tokens):
                 raw.append(logits)
                 nxt = self._pick(logits, streams, k)
                 nxt = torch.where(done, self.tokenizer.pad_token_id, nxt)  # finished rows only pad
                 tokens.append(nxt)
                 done |= torch.isin(nxt, stop)
+                if texts is not None:  # a row is finished once its text closes a code fence
+                    for r, tok in enumerate(nxt.tolist()):
+                        if not done[r]:
+                            texts[r] += self.tokenizer.decode([tok])
+                            if fence_closed(texts[r]):
+                                done[r] = True
                 if bool(done.all()) or t == self.max_new_tokens - 1:
                     break
                 mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
