@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import zlib
@@ -124,16 +125,27 @@ def _rollouts(rollout_dir: str | os.PathLike) -> tuple[dict[str, dict[str, Any]]
     return episodes, steps
 
 
+def logged_setting(rollout_dir: str | os.PathLike) -> dict[str, Any]:
+    """The env setting and split a runner directory was made with (its ``run.json``)."""
+    with open(Path(rollout_dir) / "run.json") as fh:
+        meta = json.load(fh)
+    s = meta["setting"]
+    return {"env_id": s["env_id"], "env_kwargs": s["env_kwargs"], "max_steps": s["max_steps"],
+            "wrappers": tuple(s.get("wrappers") or ()), "split": meta["config"].get("split", "test")}
+
+
 def counterfactual_labels(rollout_dir: str | os.PathLike, out_dir: str | os.PathLike, slm: Any, teacher: Any,
-                          run_cfg: RunConfig, cfg: CounterfactualConfig | None = None) -> dict[str, Any]:
+                          cfg: CounterfactualConfig | None = None, workers: int = 0, progress: bool = True
+                          ) -> dict[str, Any]:
     """Label sampled steps of the SLM-only rollouts in ``rollout_dir`` with y_cf (see the module docstring).
 
-    ``run_cfg`` is the runner config of the logged rollouts (env, kwargs, step cap, workers); its ``out_dir``,
-    ``task_ids`` and ``seeds`` are replaced per runner call. Returns (and writes) the summary; resumable."""
+    The counterfactual episodes run on the logged rollouts' own env setting (``run.json``), ``workers`` env worker
+    processes. Returns (and writes) the summary; resumable: finished runner episodes are skipped."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     cfg = cfg or CounterfactualConfig()
+    setting = logged_setting(rollout_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -151,9 +163,9 @@ def counterfactual_labels(rollout_dir: str | os.PathLike, out_dir: str | os.Path
     policy_runs, n_eps, n_steps = {}, 0, 0
     for (slot, z), plan in sorted(plans.items()):
         d = out / "runs" / f"slot{slot}_z{z}"
-        rc = RunConfig(run_cfg.env_id, os.fspath(d), task_ids=tuple(sorted(episodes[e]["task_id"] for e in plan)),
-                       seeds=(z,), split=run_cfg.split, env_kwargs=run_cfg.env_kwargs, max_steps=run_cfg.max_steps,
-                       workers=run_cfg.workers, progress=run_cfg.progress)
+        rc = RunConfig(setting["env_id"], os.fspath(d), task_ids=tuple(sorted(episodes[e]["task_id"] for e in plan)),
+                       seeds=(z,), split=setting["split"], env_kwargs=setting["env_kwargs"],
+                       max_steps=setting["max_steps"], wrappers=setting["wrappers"], workers=workers, progress=progress)
         summary = run(CounterfactualPolicy(slm, teacher, plan), rc, policy_name="counterfactual")
         n_eps, n_steps = n_eps + summary.episodes, n_steps + summary.steps
         for e in load_rows(d, "episodes", ["episode_id", "success", "steps"]):

@@ -99,6 +99,8 @@ def scaled_routing_cost(p: torch.Tensor, y: torch.Tensor, c_slm: float, c_llm: f
     """
     if not c_slm < c_llm or kappa <= 0:
         raise ValueError(f"Eq. 8 needs c_slm < c_llm and kappa > 0; got c_slm={c_slm}, c_llm={c_llm}, kappa={kappa}")
+    if scale == "paper":  # the very arithmetic of Eq. 8, so the paper's router trains bit for bit as before
+        return routing_surrogate(p, y, c_slm, c_llm, kappa)
     (k0, e0), (k1, e1) = cost_coefficients(c_slm, c_llm, kappa, scale)
     y = y.to(p.dtype)
     keep, esc = k0 + (k1 - k0) * y, e0 + (e1 - e0) * y

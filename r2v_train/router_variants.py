@@ -78,8 +78,11 @@ def router_rows(rollout_dir: str | os.PathLike, cfg: RouterTrainConfig, cf_dir: 
     if cfg.features == "full" and cfg.labels == "episode":
         return data
     keys = [(r["episode_id"], int(r["t"])) for r in load_rows(rollout_dir, "router", ["episode_id", "t"])]
-    features, names = data.features, FEATURE_NAMES
+    features, names = data.features, data.feature_names
     if cfg.features == "trajectory":
+        if features.shape[1] != len(FEATURE_NAMES):
+            raise ValueError(f"trajectory features extend Eq. 6's {len(FEATURE_NAMES)}; {rollout_dir} logs "
+                             f"{features.shape[1]}")
         cols = ["episode_id", "t", "goal", "observation", "action", "reward", "max_steps", "benchmark"]
         extra = logged_trajectory_features(load_rows(rollout_dir, "steps", cols))
         features = np.concatenate([features, np.stack([extra[k] for k in keys])], axis=1)
