@@ -14,7 +14,10 @@ Costs are in units of one teacher call: c_LLM = 1, c_SLM = 1/50 (Appendix C's ra
 kappa = 2 (c_LLM - c_SLM) = 1.96 puts tau* (Eq. 13) at 0.5: escalate when the calibrated risk that the SLM
 fails the episode is at least one half. With these units a failing rollout costs at least c_LLM = 1 per step,
 so CVaR_alpha < epsilon = 0.1 is infeasible whenever more than alpha of the rollouts fail; lambda then climbs
-to ``lambda_max``, which bounds it so the primal problem stays well posed.
+to ``lambda_max``, which bounds it so the primal problem stays well posed. ``cost_scale`` (``losses.COST_SCALES``)
+puts the CVaR term on a scale where Table 5's epsilon can bind (``miss``: the share of a rollout's steps that are
+failing steps left to the SLM), and ``threshold_rule="cvar_budget"`` enforces the budget on the deployed decisions
+(Platt recalibration undoes most of what the Lagrangian shifts, and 20 dual steps move lambda little).
 
 After training, the router is recalibrated on validation NLL and the routing threshold is chosen on validation
 (``calibration.select_threshold``): the tau minimising the hard-decision version of the training objective,
@@ -87,7 +90,7 @@ class RouterTrainConfig:
     dual_lr: float = field(default=1e-2, metadata={"help": "Adam learning rate for ascent on log lambda"})
     eta_lr: float = field(default=1e-2, metadata={"help": "learning rate of the Rockafellar-Uryasev eta"})
     alpha: float = field(default=0.2, metadata={"help": "CVaR tail fraction of rollouts (Table 5)"})
-    epsilon: float = field(default=0.1, metadata={"help": "CVaR budget epsilon (Table 5), in teacher-call units"})
+    epsilon: float = field(default=0.1, metadata={"help": "CVaR budget epsilon (Table 5), on cost_scale (paper: teacher-call units)"})
     brier_weight: float = field(default=1.0, metadata={"help": "lambda_B, weight of the Brier term (Eq. 11)"})
     c_slm: float = field(default=0.02, metadata={"help": "cost of an SLM step (c_LLM / c_SLM = 50)"})
     c_llm: float = field(default=1.0, metadata={"help": "cost of a teacher call (the unit of cost)"})
