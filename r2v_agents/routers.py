@@ -31,6 +31,7 @@ import numpy as np
 from r2v_agents.context import Context
 from r2v_agents.features import FEATURE_NAMES, apply_mask
 from r2v_agents.shards import load_rows
+from r2v_agents.trajectory_features import TRAJECTORY_NAMES, trajectory_features
 
 _IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 
@@ -183,21 +184,29 @@ class MLPRouter(Router):
         super().__init__(threshold)
         self.model, self.feature_spec, self.meta = model, dict(feature_spec or {}), dict(meta or {})
         names = tuple(self.feature_spec.get("names", FEATURE_NAMES))
-        if names != FEATURE_NAMES:
-            raise ValueError(f"router was trained on features {names}, this build computes {FEATURE_NAMES}")
+        if names not in (FEATURE_NAMES, FEATURE_NAMES + TRAJECTORY_NAMES):
+            raise ValueError(f"router was trained on features {names}, this build computes {FEATURE_NAMES} "
+                             f"(and optionally {TRAJECTORY_NAMES})")
+        self.trajectory = len(names) > len(FEATURE_NAMES)  # computes the trajectory features from the contexts
         self.variant = str(self.feature_spec.get("variant", "full"))
 
     @classmethod
     def load(cls, path: str | os.PathLike, threshold: float | None = None) -> MLPRouter:
         from r2v_agents.router_mlp import load_router
 
-        model, spec, saved_threshold, meta = load_router(path, expected_features=FEATURE_NAMES)
+        model, spec, saved_threshold, meta = load_router(path)  # the names are checked in __init__
         return cls(model, spec, saved_threshold if threshold is None else threshold, meta)
 
-    def transform(self, features: np.ndarray) -> np.ndarray:
+    def transform(self, features: np.ndarray, contexts: Sequence[Context] | None = None) -> np.ndarray:
         f = np.atleast_2d(np.asarray(features, dtype=np.float32))
         if "ablation" in self.feature_spec:
-            f = apply_mask(f, self.feature_spec["ablation"]).astype(np.float32)
+            n = len(FEATURE_NAMES)
+            f = np.concatenate([apply_mask(f[:, :n], self.feature_spec["ablation"]), f[:, n:]], axis=1).astype(
+                np.float32)
+        if self.trajectory and f.shape[1] == len(FEATURE_NAMES):
+            if contexts is None:
+                raise ValueError("a router on trajectory features needs the contexts (or all its feature columns)")
+            f = np.concatenate([f, np.stack([trajectory_features(c) for c in contexts])], axis=1)
         owns_scaling = hasattr(self.model, "feature_mean")
         if "mean" in self.feature_spec and "std" in self.feature_spec and not owns_scaling:
             mean = np.asarray(self.feature_spec["mean"], dtype=np.float32)
@@ -206,7 +215,7 @@ class MLPRouter(Router):
         return f
 
     def predict(self, features, contexts=None):
-        f = self.transform(features)
+        f = self.transform(features, contexts)
         if hasattr(self.model, "predict_proba"):
             return np.asarray(self.model.predict_proba(f), dtype=float).reshape(-1)
         import torch  # a bare torch module returning logits

@@ -35,12 +35,15 @@ import numpy as np
 
 from r2v_agents.features import ABLATIONS, FEATURE_GROUPS, FEATURE_NAMES, VARIANTS, pseudo_entropy
 from r2v_agents.shards import load_rows, load_table
+from r2v_agents.routed import RoutedPolicy
+from r2v_agents.routers import MLPRouter
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_train.evaluate import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
 from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+from r2v_train.router_variants import SETTINGS, train_variant, variant_config
 
-ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency")
+ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "feature_sets")
 CVAR_ALPHAS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
 CVAR_EPSILONS: tuple[float, ...] = (0.02, 0.1, 0.15)
 LAMBDAS_CONS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 1.0)
@@ -149,25 +152,49 @@ def ablate_closed_source(agents: Agents, cfg: EvalConfig, run_dir: str | os.Path
 # ------------------------------------------------------------------------------------------- Table 5
 def ablate_cvar(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike, train_dir: str | os.PathLike,
                 valid_dir: str | os.PathLike, alphas: Sequence[float] = CVAR_ALPHAS,
-                epsilons: Sequence[float] = CVAR_EPSILONS, router_cfg: Any = None) -> dict[str, Any]:
-    """The router retrained for each (alpha, epsilon) (everything else fixed), evaluated routed."""
+                epsilons: Sequence[float] = CVAR_EPSILONS, router_cfg: Any = None, name: str = "cvar"
+                ) -> dict[str, Any]:
+    """The router retrained for each (alpha, epsilon) (everything else fixed), evaluated routed; ``name`` names the
+    output (``cvar_scaled``: the same grid with ``router_cfg`` on the ``miss`` scale, see
+    :mod:`r2v_train.router_variants`)."""
 
     base_cfg = router_cfg or RouterTrainConfig(progress=False)
     cond, spec = _main_condition(cfg)
     rows = []
     for alpha in alphas:
         for eps in epsilons:
-            base = Path(run_dir) / "ablations" / "cvar" / f"a{alpha:g}_e{eps:g}"
+            base = Path(run_dir) / "ablations" / name / f"a{alpha:g}_e{eps:g}"
             path, metrics = train_variant_router(train_dir, valid_dir, base / "router",
                                                  replace(base_cfg, alpha=float(alpha), epsilon=float(eps)))
             a = replace(agents, router_path=path)
             run_method(make_policy("r2v", a, build_routers(a, cfg), None, cfg), f"r2v[a={alpha:g},e={eps:g}]",
                        cfg, spec, base / "eval")
             v = metrics["valid"]
+            scale = getattr(base_cfg, "cost_scale", "paper")
             rows.append(_row(f"alpha={alpha:g}, eps={eps:g}", base / "eval", cfg, alpha=float(alpha),
                              epsilon=float(eps), lam=metrics.get("lambda"), ECE=v["ece"],
-                             **{"valid CVaR": v["rollout_cvar_hard"]}))
-    return _write(run_dir, "cvar", rows, condition=cond)
+                             threshold=metrics.get("threshold"), **{"valid LLM%": 100 * v["escalation_rate"]},
+                             **{"valid CVaR": v.get(f"rollout_cvar_hard_{scale}", v["rollout_cvar_hard"])}))
+    return _write(run_dir, name, rows, condition=cond)
+
+
+def ablate_feature_sets(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike, train_dir: str | os.PathLike,
+                        valid_dir: str | os.PathLike, router_cfg: Any = None,
+                        sets: Sequence[str] = ("full", "trajectory")) -> dict[str, Any]:
+    """Routers retrained on each feature set (Eq. 6's 15 = ``full``; ``trajectory`` adds the trajectory-state
+    features), evaluated routed; ECE/Brier on validation."""
+    base_cfg = router_cfg or RouterTrainConfig(progress=False)
+    cond, spec = _main_condition(cfg)
+    rows = []
+    for fs in sets:
+        base = Path(run_dir) / "ablations" / "feature_sets" / fs
+        path, metrics = train_variant(fs, {"features": fs}, base_cfg, train_dir, valid_dir, base / "router")
+        run_method(RoutedPolicy(agents.slm(), agents.teacher(), MLPRouter.load(path)), f"r2v[{fs}]", cfg, spec,
+                   base / "eval")
+        v = metrics["valid"]
+        rows.append(_row(fs, base / "eval", cfg, features=len(metrics["identity"]["features"]), ECE=v["ece"],
+                         Brier=v["brier"], **{"valid LLM%": 100 * v["escalation_rate"]}))
+    return _write(run_dir, "feature_sets", rows, condition=cond)
 
 
 # ------------------------------------------------------------------------------------------- Table 4

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.losses import cvar
+from r2v_train.losses import cost_coefficients, cvar
 
-THRESHOLD_RULES = ("min_cost", "bayes", "budget")
+THRESHOLD_RULES = ("min_cost", "bayes", "budget", "cvar_budget")
 
 
 def _check(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,14 +155,24 @@ def bayes_threshold(c_slm: float, c_llm: float, kappa: float) -> float:
     return float(min(1.0, max(0.0, (c_llm - c_slm) / kappa)))
 
 
+def _step_coefficients(y: np.ndarray, c_slm: float, c_llm: float, kappa: float, scale: str
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step cost of keeping the SLM and of escalating, for labels ``y``, on ``scale`` (Eq. 8 is linear in d)."""
+    (k0, e0), (k1, e1) = cost_coefficients(c_slm, c_llm, kappa, scale)
+    return k0 + (k1 - k0) * y, e0 + (e1 - e0) * y
+
+
 def routing_objective(d: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, kappa: float,
                       rollout: np.ndarray | None = None, alpha: float = 0.2, lam: float = 0.0,
-                      epsilon: float = 0.0) -> float:
+                      epsilon: float = 0.0, scale: str = "paper") -> float:
     """Hard-decision value of the routing objective: mean step cost (Eq. 8), plus lam (CVaR_alpha - epsilon)
-    of the per-rollout mean cost (Eq. 10-11) when ``lam > 0`` (``rollout``: contiguous rollout id per step)."""
+    of the per-rollout mean cost (Eq. 10-11, on ``scale``: see ``losses.COST_SCALES``) when ``lam > 0``
+    (``rollout``: contiguous rollout id per step)."""
     cost = c_slm * (1 - d) + c_llm * d + kappa * y * (1 - d)
     value = float(cost.mean())
     if lam > 0:
+        keep, esc = _step_coefficients(np.asarray(y, dtype=np.float64), c_slm, c_llm, kappa, scale)
+        cost = keep * (1 - d) + esc * d  # the CVaR term reads its budget on ``scale``
         if rollout is None:
             raise ValueError("a CVaR term (lam > 0) needs the rollout id of every step")
         import torch
@@ -174,7 +184,7 @@ def routing_objective(d: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, 
 
 def objective_curve(p: np.ndarray, y: np.ndarray, taus: np.ndarray, c_slm: float, c_llm: float, kappa: float,
                     rollout: np.ndarray | None = None, alpha: float = 0.2, lam: float = 0.0, epsilon: float = 0.0,
-                    max_cells: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+                    max_cells: int = 1 << 22, scale: str = "paper") -> tuple[np.ndarray, np.ndarray]:
     """``routing_objective`` of d = 1[p >= tau] for every tau in the decreasing array ``taus`` at once, with
     the escalation rate of each: (rates, values).
 
@@ -205,6 +215,8 @@ def objective_curve(p: np.ndarray, y: np.ndarray, taus: np.ndarray, c_slm: float
     rollout = np.asarray(rollout).ravel()
     if rollout.shape != p.shape:
         raise ValueError(f"rollout must give one id per step; got {rollout.shape} for {p.shape}")
+    base, esc = _step_coefficients(y, c_slm, c_llm, kappa, scale)  # the CVaR term's costs, on ``scale``
+    delta = esc - base
     _, rollout = np.unique(rollout, return_inverse=True)  # contiguous ids of non-empty rollouts
     groups = int(rollout.max()) + 1
     sizes = np.bincount(rollout, minlength=groups).astype(np.float64)
@@ -236,7 +248,8 @@ def objective_curve(p: np.ndarray, y: np.ndarray, taus: np.ndarray, c_slm: float
 
 def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, kappa: float,
                      rule: str = "min_cost", max_escalation: float | None = None, rollout: np.ndarray | None = None,
-                     alpha: float = 0.2, lam: float = 0.0, epsilon: float = 0.0, grid: int = 1024) -> float:
+                     alpha: float = 0.2, lam: float = 0.0, epsilon: float = 0.0, grid: int = 1024,
+                     scale: str = "paper") -> float:
     """Validation-time threshold selection for d_t = 1[p_t >= tau] (Sec. 3.1, Appendix C).
 
     Rules:
@@ -248,10 +261,23 @@ def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, k
       - ``"bayes"``: tau* of Eq. 13, ignoring the data.
       - ``"budget"``: like ``min_cost`` among the taus whose validation escalation rate is at most
         ``max_escalation``.
+      - ``"cvar_budget"``: Eq. 11's constraint on the deployed decisions: tau = min(tau*, the highest tau whose
+        validation CVaR_alpha of per-rollout hard cost on ``scale`` is <= ``epsilon``). Decisions nest as tau
+        falls, so every rollout's cost on the ``miss`` scale, and with it the CVaR, can only fall: the chosen tau
+        (and the escalation) moves monotonically with epsilon and alpha. When no tau meets the budget (as on the
+        ``paper`` scale, whose floor is c_LLM), every step escalates (tau = the lowest p).
     Candidates are the distinct values of ``p`` (at most ``grid`` of its quantiles), tau* and +inf (never).
+
+    Example:
+        >>> p, y, z = np.array([0.3, 0.45, 0.6, 0.1]), np.array([1, 1, 1, 0]), np.array([0, 0, 0, 1])
+        >>> [select_threshold(p, y, 0.02, 1.0, 1.96, rule="cvar_budget", rollout=z, alpha=0.5, epsilon=e,
+        ...                   scale="miss") for e in (0.7, 0.5, 0.0)]
+        [0.5, 0.45, 0.3]
     """
     if rule == "bayes":
         return bayes_threshold(c_slm, c_llm, kappa)
+    if rule == "cvar_budget":
+        return _cvar_budget_threshold(p, y, c_slm, c_llm, kappa, rollout, alpha, epsilon, grid, scale)
     if rule not in THRESHOLD_RULES:
         raise UnknownChoiceError("threshold rule", rule, THRESHOLD_RULES)
     if rule == "budget" and (max_escalation is None or not 0 <= max_escalation <= 1):
@@ -263,7 +289,7 @@ def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, k
     taus = np.unique(np.r_[candidates, bayes_threshold(c_slm, c_llm, kappa), np.inf])[::-1]  # decreasing
     if lam > 0 and rollout is None:
         raise ValueError("a CVaR term (lam > 0) needs the rollout id of every step")
-    escalated, values = objective_curve(p, y, taus, c_slm, c_llm, kappa, rollout, alpha, lam, epsilon)
+    escalated, values = objective_curve(p, y, taus, c_slm, c_llm, kappa, rollout, alpha, lam, epsilon, scale=scale)
     best, best_value = np.inf, np.inf
     for tau, rate, value in zip(taus, escalated, values):  # decreasing: on ties the higher tau, seen first, is kept
         if rule == "budget" and rate > max_escalation + 1e-12:
@@ -271,3 +297,22 @@ def select_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, k
         if value < best_value - 1e-12:
             best, best_value = float(tau), float(value)
     return best  # +inf means: never escalate
+
+
+def _cvar_budget_threshold(p: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, kappa: float,
+                           rollout: np.ndarray | None, alpha: float, epsilon: float, grid: int, scale: str) -> float:
+    """min(tau*, the highest tau meeting CVaR_alpha <= epsilon on ``scale``); see :func:`select_threshold`."""
+    if rollout is None:
+        raise ValueError("rule 'cvar_budget' needs the rollout id of every step")
+    p, y = _check(p, y)
+    candidates = np.unique(p)
+    if len(candidates) > grid:
+        candidates = np.unique(np.quantile(p, np.linspace(0, 1, grid)))
+    tau_star = bayes_threshold(c_slm, c_llm, kappa)
+    taus = np.unique(np.r_[candidates, tau_star, np.inf])[::-1]  # decreasing
+    _, plain = objective_curve(p, y, taus, c_slm, c_llm, kappa)
+    _, with_tail = objective_curve(p, y, taus, c_slm, c_llm, kappa, rollout, alpha, lam=1.0, epsilon=0.0, scale=scale)
+    tail = with_tail - plain  # CVaR_alpha of the hard per-rollout cost at each tau
+    ok = np.flatnonzero(tail <= epsilon + 1e-12)
+    highest = float(taus[ok[0]]) if len(ok) else float(candidates[0])
+    return min(tau_star, highest)

@@ -58,7 +58,7 @@ from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitCo
 from r2v_train.narrate import describe_stage, duration, eta_text, say
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
-from r2v_train.router_train import RouterData, RouterTrainConfig, train_router
+from r2v_train.router_train import PAPER_DEFAULTS, RouterData, RouterTrainConfig, train_router
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -154,6 +154,9 @@ def stage_key(config: ChainConfig, stage: str, upstream_ids: Sequence[str]) -> s
         parts["env"] = jsonable(asdict(config.env))
     if stage == "router":
         parts["config"].pop("progress", None)
+        for k, default in PAPER_DEFAULTS.items():  # the paper's router keeps the key it had before these fields
+            if parts["config"].get(k) == default:
+                parts["config"].pop(k)
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 

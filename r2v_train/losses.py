@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from r2v_envs.errors import UnknownChoiceError
+
 if TYPE_CHECKING:
     import torch
 
@@ -32,6 +34,77 @@ def routing_surrogate(p: torch.Tensor, y: torch.Tensor, c_slm: float, c_llm: flo
         raise ValueError(f"Eq. 8 needs c_slm < c_llm and kappa > 0; got c_slm={c_slm}, c_llm={c_llm}, kappa={kappa}")
     y = y.to(p.dtype)
     return c_slm * (1 - p) + c_llm * p + kappa * y * (1 - p)
+
+
+COST_SCALES: tuple[str, ...] = ("paper", "max", "regret", "miss")
+"""Scales of the step routing cost ell_route (Eq. 8) on which the CVaR budget epsilon is read:
+
+* ``paper``: Eq. 8 as written, in teacher-call units (c_LLM = 1). A failing rollout costs at least c_LLM per step
+  even when every step escalates, so CVaR_alpha of the rollout risk stays >= c_LLM whenever more than alpha of the
+  rollouts fail (measured on the default run: ~1.2), above every epsilon of Table 5 (0.02-0.15): lambda only climbs
+  and epsilon has no effect.
+* ``max``: Eq. 8 divided by its largest per-step value max(c_LLM, c_SLM + kappa) (1.98 at the defaults), so
+  ell in [0, 1]. Still inert for Table 5: an all-escalated failing step costs c_LLM / 1.98 = 0.505 > 0.15.
+* ``regret``: the excess of Eq. 8 over the cheapest decision for that step's label, min_d ell(d, y), divided by
+  the largest such excess. It is 0 for a perfectly routed step and at most 1, so CVaR_alpha is the worst-alpha
+  rollouts' mean excess cost. At the default kappa = 2 (c_LLM - c_SLM) both excesses equal c_LLM - c_SLM and
+  the scaled cost is exactly |p - y|: epsilon = 0.1 reads "the worst alpha of rollouts misroute at most 10% of
+  their steps". Only a router that separates failing from succeeding steps can meet it, and its tail mixes
+  over-escalated successes with under-escalated failures, so tightening epsilon has no fixed direction.
+* ``miss``: the failure side of the regret alone, y (1 - p): the share of a rollout's steps that belong to a
+  failed episode and stay with the SLM. Every epsilon >= 0 is feasible (escalate every failing step), and a
+  tighter epsilon can only be met by escalating more, the direction Table 5 reports. epsilon = 0.1 reads "in the
+  worst alpha of rollouts at most 10% of the steps are failing steps left to the SLM".
+
+The scale applies to the CVaR term (Eq. 10-11), where epsilon is read; the mean term stays Eq. 8 in teacher-call
+units. Threshold selection (``calibration.select_threshold``) splits the same way.
+"""
+
+
+def cost_coefficients(c_slm: float, c_llm: float, kappa: float, scale: str = "paper"
+                      ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Eq. 8 is linear in p: ell(p, y) = keep_y (1 - p) + escalate_y p. Returns ((keep_0, escalate_0),
+    (keep_1, escalate_1)) on ``scale`` (:data:`COST_SCALES`).
+
+    Example:
+        >>> cost_coefficients(0.02, 1.0, 1.96)
+        ((0.02, 1.0), (1.98, 1.0))
+        >>> [tuple(round(c, 6) for c in pair) for pair in cost_coefficients(0.02, 1.0, 1.96, "regret")]
+        [(0.0, 1.0), (1.0, 0.0)]
+    """
+    if scale not in COST_SCALES:
+        raise UnknownChoiceError("cost scale", scale, COST_SCALES)
+    pairs = ((c_slm, c_llm), (c_slm + kappa, c_llm))
+    if scale == "paper":
+        return pairs
+    if scale == "max":
+        top = max(max(pair) for pair in pairs)
+        return tuple((a / top, b / top) for a, b in pairs)  # type: ignore[return-value]
+    excess = [(a - min(a, b), b - min(a, b)) for a, b in pairs]
+    if scale == "miss":
+        excess[0] = (0.0, 0.0)
+    top = max(max(pair) for pair in excess)
+    return tuple((a / top, b / top) for a, b in excess)  # type: ignore[return-value]
+
+
+def scaled_routing_cost(p: torch.Tensor, y: torch.Tensor, c_slm: float, c_llm: float, kappa: float,
+                        scale: str = "paper") -> torch.Tensor:
+    """Eq. 8 on ``scale`` (:data:`COST_SCALES`); ``scale="paper"`` equals :func:`routing_surrogate`.
+
+    Example:
+        >>> import torch
+        >>> p, y = torch.tensor([0.2, 0.9]), torch.tensor([0.0, 1.0])
+        >>> scaled_routing_cost(p, y, 0.02, 1.0, 1.96, "regret")  # |p - y| at kappa = 2 (c_LLM - c_SLM)
+        tensor([0.2000, 0.1000])
+    """
+    if not c_slm < c_llm or kappa <= 0:
+        raise ValueError(f"Eq. 8 needs c_slm < c_llm and kappa > 0; got c_slm={c_slm}, c_llm={c_llm}, kappa={kappa}")
+    if scale == "paper":  # the very arithmetic of Eq. 8, so the paper's router trains bit for bit as before
+        return routing_surrogate(p, y, c_slm, c_llm, kappa)
+    (k0, e0), (k1, e1) = cost_coefficients(c_slm, c_llm, kappa, scale)
+    y = y.to(p.dtype)
+    keep, esc = k0 + (k1 - k0) * y, e0 + (e1 - e0) * y
+    return keep * (1 - p) + esc * p
 
 
 def brier(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

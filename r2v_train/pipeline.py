@@ -42,6 +42,7 @@ from r2v_train.narrate import say
 from r2v_train.policy_stages import dpo_stage
 from r2v_train.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
 from r2v_train.report import ablation_table, write_report
+from r2v_train.router_study import StudyConfig, evaluate_variants, run_repeats
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -54,10 +55,14 @@ class PipelineConfig:
     evaluate: EvalConfig = field(default_factory=EvalConfig)
     """evaluation of the six methods"""
     ablations: tuple[str, ...] = ()
-    """ablations to run after the evaluation: features, closed_source, cvar, consistency"""
+    """ablations to run after the evaluation: features, closed_source, cvar, consistency, cvar_scaled,
+    feature_sets"""
     baseline_slm: str = ""
     """an untrained SLM (a model directory or a backbone name, e.g. smollm2) also run as SLM-only on the main
     condition (``<run>/eval_baseline``): the SR before the chain's training, in the report's Run lines"""
+    study: StudyConfig = field(default_factory=StudyConfig)
+    """named router settings, the counterfactual oracle and repeats (``router_variants``, ``counterfactual``,
+    ``repeats`` in the yaml; r2v_train.router_study)"""
 
 
 def _override(obj: Any, values: Mapping[str, Any]) -> Any:
@@ -79,17 +84,41 @@ def _override(obj: Any, values: Mapping[str, Any]) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> PipelineConfig:
-    """A :class:`PipelineConfig` from a YAML path (or an already-parsed mapping); None: the embedded default."""
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, recursing into mappings (lists and scalars are replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
 
+
+def _read_config(source: str | os.PathLike | Mapping[str, Any] | None, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A yaml's mapping; ``extends: other.yaml`` (relative to the file, or to r2v_train/configs) is read first
+    and overridden key by key."""
     if source is None or isinstance(source, (str, os.PathLike)):
         import yaml
 
-        with open(source or DEFAULT_CONFIG) as fh:
+        path = Path(source or DEFAULT_CONFIG)
+        with open(path) as fh:
             data = yaml.safe_load(fh) or {}
+        here = path.parent
     else:
-        data = dict(source)
-    keys = ["preset", "chain", "evaluate", "ablations", "description", "progress", "baseline_slm"]
+        data, here = dict(source), CONFIG_DIR
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    base_path = here / base if (here / base).exists() else CONFIG_DIR / base
+    if str(base_path.resolve()) in seen:
+        raise ValueError(f"config 'extends' loops through {base_path}")
+    return _merge(_read_config(base_path, (*seen, str(base_path.resolve()))), data)
+
+
+def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> PipelineConfig:
+    """A :class:`PipelineConfig` from a YAML path (or an already-parsed mapping); None: the embedded default."""
+
+    data = _read_config(source)
+    keys = ["preset", "chain", "evaluate", "ablations", "description", "progress", "router_variants",
+            "counterfactual", "repeats", "baseline_slm"]
     unknown = set(data) - set(keys)
     if unknown:
         raise UnknownChoiceError("pipeline config key", sorted(unknown)[0], keys)
@@ -108,7 +137,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | None = None) -> 
         if a not in ABLATION_NAMES:
             raise UnknownChoiceError("ablation", a, ABLATION_NAMES)
     return PipelineConfig(chain=chain, evaluate=ev, ablations=tuple(data.get("ablations") or ()),
-                          baseline_slm=data.get("baseline_slm") or "")
+                          baseline_slm=data.get("baseline_slm") or "", study=StudyConfig.from_yaml(data))
 
 
 def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
@@ -157,6 +186,13 @@ def run_ablation(name: str, cfg: PipelineConfig, run_dir: str | os.PathLike) -> 
     if name == "cvar":
         return ablations.ablate_cvar(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
                                      router_cfg=cfg.chain.router)
+    if name == "cvar_scaled":
+        return ablations.ablate_cvar(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
+                                     router_cfg=ablations.variant_config(cfg.chain.router, ablations.SETTINGS["scaled"]),
+                                     name="cvar_scaled")
+    if name == "feature_sets":
+        return ablations.ablate_feature_sets(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
+                                             cfg.chain.router)
     if name == "consistency":
         return ablations.ablate_consistency(agents, ev, run_dir, dpo_retrainer(cfg.chain, run_dir))
     raise UnknownChoiceError("ablation", name, ablations.ABLATION_NAMES)
@@ -195,6 +231,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
             say(f"ablation {name}")
             run_ablation(name, cfg, run_dir)
             timings[f"ablation {name}"] = time.perf_counter() - t
+        run_study(cfg, run_dir, timings)
     finally:
         games.close()
     timings["total"] = time.perf_counter() - t0
@@ -227,6 +264,20 @@ def evaluate_baseline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[s
     ev = dataclasses.replace(cfg.evaluate, methods=("slm",), per_type=(), heuristic_sweep=())
     res = evaluate(agents, ev, Path(run_dir) / "eval_baseline")
     return res["conditions"][res["main_condition"]]["slm"]
+
+
+def run_study(cfg: PipelineConfig, run_dir: str | os.PathLike, timings: dict[str, float] | None = None) -> None:
+    """The router study after the evaluation (r2v_train.router_study): settings, counterfactual oracle, repeats."""
+    study, t = cfg.study, time.perf_counter()
+    if study.variants or study.counterfactual.oracle:
+        say(f"router settings {', '.join(study.variants) or '-'}"
+            f"{' and the counterfactual oracle' if study.counterfactual.oracle else ''} on the main condition")
+        evaluate_variants(cfg.chain, agents_from_run(cfg.chain, run_dir), cfg.evaluate, study, run_dir,
+                          Path(run_dir) / "eval")
+    if study.repeats.n > 1:
+        run_repeats(cfg.chain, agents_from_run, cfg.evaluate, study, run_dir)
+    if timings is not None and study.active:
+        timings["router study"] = time.perf_counter() - t
 
 
 def summary_text(summary: Mapping[str, Any]) -> str:
@@ -275,10 +326,7 @@ def _use_chain_threads(cfg: PipelineConfig) -> None:
 
 
 def _pipeline(args: PipelineArgs) -> None:
-    import yaml
-
-    with open(args.config) as fh:
-        data = yaml.safe_load(fh) or {}
+    data = _read_config(args.config)
     if args.progress is not None:
         data["progress"] = args.progress
     print(summary_text(run_pipeline(load_config(data), args.run_dir)))
@@ -292,6 +340,14 @@ def _evaluate(args: RunDirArgs) -> None:
 
 
 def _report(args: RunDirArgs) -> None:
+    print(write_report(args.run_dir))
+
+
+def _router_study(args: RunDirArgs) -> None:
+    """Only the router study (settings, counterfactual oracle, repeats) on a finished run, then the report."""
+    cfg = load_config(args.config)
+    _use_chain_threads(cfg)
+    run_study(cfg, args.run_dir)
     print(write_report(args.run_dir))
 
 
@@ -311,4 +367,7 @@ def register_commands() -> dict[str, tuple[Any, type]]:
     return {"pipeline": (_pipeline, PipelineArgs), "evaluate": (_evaluate, RunDirArgs), "report": (_report, RunDirArgs),
             "ablate-features": (_ablate("features"), RunDirArgs),
             "ablate-closed-source": (_ablate("closed_source"), RunDirArgs),
-            "ablate-cvar": (_ablate("cvar"), RunDirArgs), "ablate-consistency": (_ablate("consistency"), RunDirArgs)}
+            "ablate-cvar": (_ablate("cvar"), RunDirArgs), "ablate-consistency": (_ablate("consistency"), RunDirArgs),
+            "ablate-cvar-scaled": (_ablate("cvar_scaled"), RunDirArgs),
+            "ablate-feature-sets": (_ablate("feature_sets"), RunDirArgs),
+            "router-study": (_router_study, RunDirArgs)}

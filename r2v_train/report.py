@@ -26,12 +26,16 @@ from typing import Any
 
 from r2v_envs.fileio import atomic_write
 from r2v_train.evaluate import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
+from r2v_train.router_study import study_tables
 
 REPORT_FILE = "report.md"
 ABLATION_TITLES = {
     "features": "Feature-group masking at inference, no retraining (Table 7)",
     "closed_source": "Closed-source feature variants (Table 6)",
     "cvar": "CVaR (alpha, epsilon) grid, router retrained (Table 5)",
+    "cvar_scaled": "CVaR (alpha, epsilon) grid on the `miss` scale, enforced at the threshold (Table 5, setting "
+                   "`scaled`)",
+    "feature_sets": "Feature sets: Eq. 6's 15 (`full`) vs `trajectory` (router retrained)",
     "consistency": "lambda_cons sweep, DPO retrained (Table 4)",
 }
 
@@ -278,6 +282,7 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
             parts += [f"![reliability {name}](reliability-{name}.png)", ""]
     for name, abl in load_ablations(run_dir).items():
         parts += [f"## Ablation: {ABLATION_TITLES[name]}", "", ablation_table(abl["rows"]), ""]
+    parts += study_tables(run_dir)
     path = run_dir / REPORT_FILE
     atomic_write(path, "\n".join(parts))
     return path

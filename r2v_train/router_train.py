@@ -14,7 +14,10 @@ Costs are in units of one teacher call: c_LLM = 1, c_SLM = 1/50 (Appendix C's ra
 kappa = 2 (c_LLM - c_SLM) = 1.96 puts tau* (Eq. 13) at 0.5: escalate when the calibrated risk that the SLM
 fails the episode is at least one half. With these units a failing rollout costs at least c_LLM = 1 per step,
 so CVaR_alpha < epsilon = 0.1 is infeasible whenever more than alpha of the rollouts fail; lambda then climbs
-to ``lambda_max``, which bounds it so the primal problem stays well posed.
+to ``lambda_max``, which bounds it so the primal problem stays well posed. ``cost_scale`` (``losses.COST_SCALES``)
+puts the CVaR term on a scale where Table 5's epsilon can bind (``miss``: the share of a rollout's steps that are
+failing steps left to the SLM), and ``threshold_rule="cvar_budget"`` enforces the budget on the deployed decisions
+(Platt recalibration undoes most of what the Lagrangian shifts, and 20 dual steps move lambda little).
 
 After training, the router is recalibrated on validation NLL and the routing threshold is chosen on validation
 (``calibration.select_threshold``): the tau minimising the hard-decision version of the training objective,
@@ -56,17 +59,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from r2v_agents.features import FEATURE_NAMES
+from r2v_agents.trajectory_features import FEATURE_SETS
 from r2v_agents.shards import load_table
 from r2v_envs.errors import FeatureSpecError, UnknownChoiceError
 from r2v_envs.fileio import atomic_write
 from r2v_train import calibration
-from r2v_train.losses import brier, cvar, routing_surrogate, seed_risk
+from r2v_train.losses import COST_SCALES, brier, cvar, scaled_routing_cost, seed_risk
 
 if TYPE_CHECKING:
 
     from r2v_agents.router_mlp import RouterMLP
 
 MODES = ("cvar", "mean", "brier")
+LABEL_KINDS = ("episode", "counterfactual")
+PAPER_DEFAULTS = {"cost_scale": "paper", "features": "full", "labels": "episode"}
+"""Fields added after the paper's router (issue 17) and their paper values: left out of identities and stage keys
+when at these values, so a paper router's run directory stays current."""
 CALIBRATIONS = ("temperature", "platt", "none")
 ROUTER_FILE, METRICS_FILE, STATE_FILE = "router.pt", "router_metrics.json", "router_train_state.pt"
 
@@ -82,7 +90,7 @@ class RouterTrainConfig:
     dual_lr: float = field(default=1e-2, metadata={"help": "Adam learning rate for ascent on log lambda"})
     eta_lr: float = field(default=1e-2, metadata={"help": "learning rate of the Rockafellar-Uryasev eta"})
     alpha: float = field(default=0.2, metadata={"help": "CVaR tail fraction of rollouts (Table 5)"})
-    epsilon: float = field(default=0.1, metadata={"help": "CVaR budget epsilon (Table 5), in teacher-call units"})
+    epsilon: float = field(default=0.1, metadata={"help": "CVaR budget epsilon (Table 5), on cost_scale (paper: teacher-call units)"})
     brier_weight: float = field(default=1.0, metadata={"help": "lambda_B, weight of the Brier term (Eq. 11)"})
     c_slm: float = field(default=0.02, metadata={"help": "cost of an SLM step (c_LLM / c_SLM = 50)"})
     c_llm: float = field(default=1.0, metadata={"help": "cost of a teacher call (the unit of cost)"})
@@ -91,6 +99,15 @@ class RouterTrainConfig:
     lambda_init: float = field(default=1.0, metadata={"help": "initial Lagrange multiplier"})
     lambda_max: float = field(default=10.0, metadata={"help": "cap on lambda (an infeasible epsilon saturates)"})
     mode: str = field(default="cvar", metadata={"help": "cvar (Eq. 11) | mean (no CVaR) | brier (Brier only)"})
+    features: str = field(default="full", metadata={
+        "help": "router inputs: full (Eq. 6's 15) | trajectory (those + r2v_agents.trajectory_features)"})
+    labels: str = field(default="episode", metadata={
+        "help": "step labels: episode (Eq. 7, y_t = 1[episode failed]) | counterfactual (y_cf: one teacher action "
+                "at t rescues the episode; r2v_train.counterfactual)"})
+    cost_scale: str = field(default="paper", metadata={
+        "help": "scale of ell_route on which alpha and epsilon are read: paper (Eq. 8 in teacher calls) | max "
+                "(/ its largest step value) | regret (excess over the step's best decision, = |p - y| at the "
+                "default kappa; Table 5's epsilon grid binds); see r2v_train.losses.COST_SCALES"})
     hidden: tuple[int, ...] = field(default=(128, 64), metadata={"help": "MLP hidden widths"})
     dropout: float = field(default=0.2, metadata={"help": "dropout after each hidden layer"})
     recalibration: str = field(default="platt", metadata={
@@ -108,6 +125,12 @@ class RouterTrainConfig:
             raise UnknownChoiceError("router training mode", self.mode, MODES)
         if self.recalibration not in CALIBRATIONS:
             raise UnknownChoiceError("recalibration", self.recalibration, CALIBRATIONS)
+        if self.features not in FEATURE_SETS:
+            raise UnknownChoiceError("router feature set", self.features, FEATURE_SETS)
+        if self.labels not in LABEL_KINDS:
+            raise UnknownChoiceError("router labels", self.labels, LABEL_KINDS)
+        if self.cost_scale not in COST_SCALES:
+            raise UnknownChoiceError("cost scale", self.cost_scale, COST_SCALES)
         if self.threshold_rule not in calibration.THRESHOLD_RULES:
             raise UnknownChoiceError("threshold rule", self.threshold_rule, calibration.THRESHOLD_RULES)
         if self.epochs < 1 or self.batch_size < 2:
@@ -125,6 +148,9 @@ class RouterTrainConfig:
         """The fields that change the trained router (resuming with other values is refused)."""
         d = asdict(self)
         d.pop("progress")
+        for k, default in PAPER_DEFAULTS.items():  # routers trained before these fields existed keep their identity
+            if d[k] == default:
+                d.pop(k)
         d["hidden"] = list(d["hidden"])
         return d
 
@@ -266,11 +292,16 @@ def evaluate_router(model: RouterMLP, data: RouterData, threshold: float, cfg: R
         "brier": calibration.brier_score(p, y), "ece": calibration.expected_calibration_error(p, y),
         "escalation_rate": float(d.mean()), "reliability": calibration.reliability_bins(p, y).to_dict()}
     for name, decision in (("soft", p), ("hard", d)):
-        step = routing_surrogate(torch.from_numpy(decision), torch.from_numpy(y), cfg.c_slm, cfg.c_llm, cfg.kappa)
+        dt, yt = torch.from_numpy(decision), torch.from_numpy(y)
+        step = scaled_routing_cost(dt, yt, cfg.c_slm, cfg.c_llm, cfg.kappa)
         risk = seed_risk(step, idx, n_rollouts)
         out[f"cost_{name}"] = float(step.mean())
         out[f"rollout_risk_mean_{name}"] = float(risk.mean())
         out[f"rollout_cvar_{name}"] = float(cvar(risk, cfg.alpha))
+        if cfg.cost_scale != "paper":  # the CVaR that epsilon bounds, on the configured scale
+            tail = seed_risk(scaled_routing_cost(dt, yt, cfg.c_slm, cfg.c_llm, cfg.kappa, cfg.cost_scale), idx,
+                             n_rollouts)
+            out[f"rollout_cvar_{name}_{cfg.cost_scale}"] = float(cvar(tail, cfg.alpha))
     return out
 
 
@@ -348,7 +379,7 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
     final_lam = float(t.log_lam.detach().exp()) if cfg.mode == "cvar" else 0.0
     threshold = calibration.select_threshold(
         p_val, valid.y, cfg.c_slm, cfg.c_llm, cfg.kappa, rule=cfg.threshold_rule, max_escalation=cfg.max_escalation,
-        rollout=valid.rollout_index()[0], alpha=cfg.alpha, lam=final_lam, epsilon=cfg.epsilon)
+        rollout=valid.rollout_index()[0], alpha=cfg.alpha, lam=final_lam, epsilon=cfg.epsilon, scale=cfg.cost_scale)
     spec = {"names": names, "mean": mean.tolist(), "std": std.tolist()}
     metrics = {"identity": identity, "threshold": threshold, "temperature": model.temperature,
                "logit_bias": float(model.logit_bias), "lambda": final_lam,
@@ -425,10 +456,14 @@ def _train_epoch(t: _Training, data: _TrainArrays, cfg: RouterTrainConfig, epoch
             loss, risk_mean, cvar_value = cfg.brier_weight * brier_term, float("nan"), float("nan")
         else:
             group = segment_t[b0:b1] - segment_t[b0]
-            risk = seed_risk(routing_surrogate(p, y, cfg.c_slm, cfg.c_llm, cfg.kappa), group, int(group[-1]) + 1)
+            n_group = int(group[-1]) + 1
+            risk = seed_risk(scaled_routing_cost(p, y, cfg.c_slm, cfg.c_llm, cfg.kappa), group, n_group)
             loss = risk.mean() + cfg.brier_weight * brier_term
             risk_mean, cvar_value = float(risk.detach().mean()), float("nan")
             if cfg.mode == "cvar":
+                if cfg.cost_scale != "paper":  # the tail term reads epsilon on its own scale (losses.COST_SCALES)
+                    risk = seed_risk(scaled_routing_cost(p, y, cfg.c_slm, cfg.c_llm, cfg.kappa, cfg.cost_scale),
+                                     group, n_group)
                 if not t.eta_ready:  # start eta at this batch's VaR_alpha rather than at 0
                     with torch.no_grad():
                         eta.fill_(float(torch.quantile(risk.detach(), 1 - cfg.alpha)))

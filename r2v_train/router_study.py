@@ -1,0 +1,243 @@
+"""The router study of ``r2v pipeline`` (issue 17): named router settings, the counterfactual oracle, and repeats.
+
+After the evaluation, with the yaml's ``router_variants``, ``counterfactual`` and ``repeats`` sections:
+
+* :func:`evaluate_variants`: each named router setting (:mod:`r2v_train.router_variants`) is trained on the run's
+  router data into ``<run>/router_variants/<name>/`` and evaluated routed on the main condition
+  (``eval/runs/<cond>/r2v@<name>``), with paired differences against the heuristic and entropy routers on the same
+  episodes. Counterfactual labels (:mod:`r2v_train.counterfactual`) are made first where a setting trains on them
+  (``<run>/counterfactual/{train,valid}``), and with ``counterfactual.oracle`` the counterfactual oracle runs next
+  to the paper's (``eval/runs/<cond>/cf_oracle``, its labels in ``<run>/counterfactual/test``).
+  Everything goes to ``eval/variants.json``.
+* :func:`run_repeats`: the router-data and router stages (and the evaluation of the methods that depend on them:
+  entropy, heuristic, R2V) rerun ``repeats.n - 1`` more times with shifted rollout seeds, sampler seed and router
+  seed, each in ``<run>/repeats/r<i>/`` sharing the run's upstream stages (symlinks; their stage keys match) and
+  its SLM-only, LLM-only and oracle cells (they do not read router data). ``eval/repeats.json`` holds every
+  repeat's cells and the mean, standard deviation and range of SR and LLM% per method.
+
+Every episode runs through the rollout runner, so all of it resumes.
+
+Example:
+    >>> spread({"r2v": [{"sr": 97.0, "llm_pct": 40.0}, {"sr": 99.0, "llm_pct": 34.0}]})["r2v"]["llm_pct"]
+    {'mean': 37.0, 'std': 3.0, 'min': 34.0, 'max': 40.0, 'range': 6.0}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from r2v_agents.routed import RoutedPolicy
+from r2v_agents.routers import MLPRouter
+from r2v_envs.fileio import write_json_atomic
+from r2v_eval.stats import episode_outcomes, paired_bootstrap
+from r2v_train.chain import STAGES, run_chain, stage_paths
+from r2v_train.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
+from r2v_train.evaluate import Agents, EvalConfig, build_routers, evaluate, load_results, run_method, run_metrics
+from r2v_train.narrate import say
+from r2v_train.router_variants import resolve_variants, train_variant, variant_config
+
+VARIANTS_FILE, REPEATS_FILE = "variants.json", "repeats.json"
+ROUTER_DATA_METHODS = ("entropy", "heuristic", "r2v")
+"""Methods whose cells depend on the router data (thresholds fitted on its validation rows, or the router)."""
+
+
+@dataclass
+class CounterfactualStudyConfig(CounterfactualConfig):
+    """Counterfactual labels of the pipeline (``counterfactual:`` in the yaml)."""
+
+    oracle: bool = False
+    """also run the counterfactual oracle on the test split next to the paper's oracle"""
+
+
+@dataclass
+class RepeatConfig:
+    """``repeats:`` in the yaml: rerun router data + router (+ their evaluation) to measure the spread."""
+
+    n: int = 1
+    """runs in all (1: no repeat)"""
+    seed_offset: int = 1000
+    """repeat i shifts the router-data rollout seeds by i * seed_offset and the sampler and router seeds by i"""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"repeats.n must be >= 1; got {self.n}")
+
+
+@dataclass
+class StudyConfig:
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counterfactual: CounterfactualStudyConfig = field(default_factory=CounterfactualStudyConfig)
+    repeats: RepeatConfig = field(default_factory=RepeatConfig)
+
+    @classmethod
+    def from_yaml(cls, data: Mapping[str, Any]) -> StudyConfig:
+        return cls(variants=resolve_variants(data.get("router_variants")),
+                   counterfactual=CounterfactualStudyConfig(**(data.get("counterfactual") or {})),
+                   repeats=RepeatConfig(**(data.get("repeats") or {})))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.variants) or self.counterfactual.oracle or self.repeats.n > 1
+
+
+def _paired(out: Path, run_dir: Path, runs: Mapping[str, str], cfg: EvalConfig) -> dict[str, Any]:
+    a = episode_outcomes(run_dir)
+    return {m: paired_bootstrap(a, episode_outcomes(out / runs[m]), cfg.bootstrap, cfg.bootstrap_seed)
+            for m in ("heuristic", "entropy", "oracle", "llm") if m in runs}
+
+
+def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyConfig, run_dir: str | os.PathLike,
+                      eval_dir: str | os.PathLike) -> dict[str, Any]:
+    """Train and evaluate the named router settings and the counterfactual oracle; writes ``eval/variants.json``."""
+    run_dir, out = Path(run_dir), Path(eval_dir)
+    p = stage_paths(run_dir)
+    results = load_results(out)
+    cond, spec = next(iter(ev.conditions().items()))
+    runs = results["runs"][cond]
+    progress = ev.progress
+    cf_dirs = {part: os.fspath(run_dir / "counterfactual" / part) for part in ("train", "valid", "test")}
+    cf_summary: dict[str, Any] = {}
+    needs_cf = any(variant_config(chain.router, o).labels == "counterfactual" for o in study.variants.values())
+    parts = [*(("train", "valid") if needs_cf else ()), *(("test",) if study.counterfactual.oracle else ())]
+    sources = {"train": p["router_data_train"], "valid": p["router_data_valid"], "test": os.fspath(out / runs["slm"])}
+    for part in parts:
+        say(f"counterfactual labels on the {part} rollouts: at most {study.counterfactual.steps_per_rollout} "
+            "teacher-at-t episodes per failed rollout")
+        cf_summary[part] = counterfactual_labels(sources[part], cf_dirs[part], agents.slm(), agents.teacher(),
+                                                 study.counterfactual, workers=ev.workers, progress=progress)
+    rows: dict[str, Any] = {}
+    if study.counterfactual.oracle:
+        router = StepOracleRouter.from_labels(sources["test"], cf_dirs["test"])
+        d = out / "runs" / cond / "cf_oracle"
+        run_method(RoutedPolicy(agents.slm(), agents.teacher(), router), "cf_oracle", ev, spec, d)
+        rows["cf_oracle"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
+                             "rescued_rollouts": len(router.rescue), "paired": _paired(out, d, runs, ev)}
+    for name, overrides in study.variants.items():
+        say(f"router setting {name}: {overrides or 'the chain router config'}")
+        path, metrics = train_variant(name, overrides, chain.router, p["router_data_train"], p["router_data_valid"],
+                                      run_dir / "router_variants" / name / "router", cf_dirs)
+        a = dataclasses.replace(agents, router_path=path)
+        d = out / "runs" / cond / f"r2v@{name}"
+        router = MLPRouter.load(path)
+        run_method(RoutedPolicy(a.slm(), a.teacher(), router, budget_per_episode=ev.budget_per_episode), f"r2v@{name}",
+                   ev, spec, d)
+        v = metrics["valid"]
+        rows[f"r2v@{name}"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
+                               "overrides": overrides, "threshold": metrics["threshold"], "lambda": metrics["lambda"],
+                               "valid_ece": v["ece"], "valid_brier": v["brier"],
+                               "valid_escalation": v["escalation_rate"], "valid_rows": v["n"],
+                               "paired": _paired(out, d, runs, ev)}
+    summary = {"condition": cond, "rows": rows, "counterfactual": cf_summary}
+    write_json_atomic(out / VARIANTS_FILE, summary)
+    return summary
+
+
+def spread(cells: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[str, Any]:
+    """Mean, standard deviation (population), min, max and range of SR and LLM% per method over repeats."""
+    out: dict[str, Any] = {}
+    for method, reps in cells.items():
+        out[method] = {}
+        for k in ("sr", "llm_pct"):
+            x = np.array([r[k] for r in reps], dtype=float)
+            out[method][k] = {"mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()),
+                              "max": float(x.max()), "range": float(x.max() - x.min())}
+    return out
+
+
+def _link_upstream(run_dir: Path, rep_dir: Path) -> None:
+    rep_dir.mkdir(parents=True, exist_ok=True)
+    for stage in STAGES[:STAGES.index("router_data")]:
+        link = rep_dir / stage
+        if not link.exists():
+            os.symlink(os.path.relpath(run_dir / stage, rep_dir), link)
+
+
+def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig, run_dir: str | os.PathLike
+                ) -> dict[str, Any]:
+    """Repeats 1..n-1 of the router-data and router stages and their evaluation; writes ``eval/repeats.json``.
+
+    ``agents_for(chain, run_dir)`` builds the evaluation's agents of a run directory."""
+    run_dir = Path(run_dir)
+    main = load_results(run_dir / "eval")
+    cond = main["main_condition"]
+    cells = {m: [c] for m, c in main["conditions"][cond].items()}
+    per_repeat = [{"dir": ".", "seeds": _seeds(chain)}]
+    ev_main = dataclasses.replace(ev, per_type=(), heuristic_sweep=())
+    for i in range(1, study.repeats.n):
+        off = i * study.repeats.seed_offset
+        rd = dataclasses.replace(chain.router_data, train_seeds=tuple(s + off for s in chain.router_data.train_seeds),
+                                 valid_seeds=tuple(s + off for s in chain.router_data.valid_seeds),
+                                 sampler_seed=chain.router_data.sampler_seed + i)
+        c = dataclasses.replace(chain, router_data=rd, router=dataclasses.replace(chain.router, seed=chain.router.seed + i))
+        rep = run_dir / "repeats" / f"r{i}"
+        say(f"repeat {i + 1}/{study.repeats.n}: router data (seeds {rd.train_seeds} / {rd.valid_seeds}, sampler "
+            f"seed {rd.sampler_seed}), router (seed {c.router.seed}), evaluation of {', '.join(ROUTER_DATA_METHODS)}")
+        _link_upstream(run_dir, rep)
+        run_chain(c, rep)
+        for m in (m for m in ev.methods if m not in ROUTER_DATA_METHODS):  # cells that do not read router data
+            link = rep / "eval" / "runs" / cond / m
+            if not link.exists():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(os.path.relpath(run_dir / "eval" / main["runs"][cond][m], link.parent), link)
+        r = evaluate(agents_for(c, rep), ev_main, rep / "eval")
+        for m, cell in r["conditions"][cond].items():
+            cells.setdefault(m, []).append(cell)
+        per_repeat.append({"dir": os.path.relpath(rep, run_dir), "seeds": _seeds(c)})
+    summary = {"condition": cond, "n": study.repeats.n, "repeats": per_repeat,
+               "cells": {m: [{k: c[k] for k in ("sr", "llm_pct", "sr_ci", "llm_pct_ci", "episodes")} for c in v]
+                         for m, v in cells.items()},
+               "spread": spread(cells)}
+    write_json_atomic(run_dir / "eval" / REPEATS_FILE, summary)
+    return summary
+
+
+def _seeds(chain: Any) -> dict[str, Any]:
+    rd = chain.router_data
+    return {"train_seeds": list(rd.train_seeds), "valid_seeds": list(rd.valid_seeds), "sampler_seed": rd.sampler_seed,
+            "router_seed": chain.router.seed}
+
+
+def study_tables(run_dir: str | os.PathLike) -> list[str]:
+    """Markdown sections for ``report.md`` from ``eval/variants.json`` and ``eval/repeats.json`` (if present)."""
+    import json
+
+    ev = Path(run_dir) / "eval"
+    parts: list[str] = []
+    if (ev / VARIANTS_FILE).exists():
+        v = json.loads((ev / VARIANTS_FILE).read_text())
+        parts += [f"## Router settings and the counterfactual oracle (`{v['condition']}`)", "",
+                  "Paired differences (this row minus the heuristic / entropy router, same episodes, 95% CI).", "",
+                  "| setting | SR (%) | LLM% | LLM% 95% CI | vs heuristic: SR, LLM% [CI] | vs entropy: SR, LLM% [CI] "
+                  "| valid ECE |", "|---|---:|---:|---:|---|---|---:|"]
+        for name, r in v["rows"].items():
+            def d(m: str) -> str:
+                x = r["paired"].get(m)
+                return "" if x is None else (f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} "
+                                             f"[{x['llm_pct_diff_ci'][0]:+.1f}, {x['llm_pct_diff_ci'][1]:+.1f}]")
+            ece = f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"
+            parts.append(f"| {name} | {r['sr']:.1f} | {r['llm_pct']:.1f} | [{r['llm_pct_ci'][0]:.1f}, "
+                         f"{r['llm_pct_ci'][1]:.1f}] | {d('heuristic')} | {d('entropy')} | {ece} |")
+        for part, s in v.get("counterfactual", {}).items():
+            parts.append(f"\nCounterfactual labels, {part}: {s['episodes_run']} teacher-at-t episodes for "
+                         f"{s['failed_rollouts']} failed of {s['rollouts']} rollouts (budget {s['steps_per_rollout']} "
+                         f"per rollout), {s['rescuing_steps']} rescuing steps, {s['rescued_rollouts']} rollouts "
+                         f"rescuable, {s['wall_s']:.0f} s.")
+        parts.append("")
+    if (ev / REPEATS_FILE).exists():
+        r = json.loads((ev / REPEATS_FILE).read_text())
+        parts += [f"## Repeats of router data + router ({r['n']} runs, `{r['condition']}`)", "",
+                  "| method | SR mean | SR std | SR range | LLM% mean | LLM% std | LLM% range |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for m, s in r["spread"].items():
+            a, b = s["sr"], s["llm_pct"]
+            parts.append(f"| {m} | {a['mean']:.1f} | {a['std']:.1f} | {a['min']:.1f}-{a['max']:.1f} | "
+                         f"{b['mean']:.1f} | {b['std']:.1f} | {b['min']:.1f}-{b['max']:.1f} |")
+        parts.append("")
+    return parts

@@ -1,0 +1,198 @@
+"""Issue 17: the CVaR cost scales, the cvar_budget threshold, trajectory features, counterfactual labels, settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import r2v_envs  # noqa: F401
+from r2v_agents.context import Context
+from r2v_agents.features import FEATURE_NAMES
+from r2v_agents.policy import BatchPolicy, Decision
+from r2v_agents.routed import RoutedPolicy
+from r2v_agents.routers import MLPRouter
+from r2v_agents.runner import RunConfig, run
+from r2v_agents.shards import load_rows
+from r2v_agents.teachers import OracleTeacher
+from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_features, trajectory_features
+from r2v_envs.errors import UnknownChoiceError
+from r2v_train import calibration
+from r2v_train.counterfactual import (
+    LABELS_FILE,
+    CounterfactualConfig,
+    StepOracleRouter,
+    counterfactual_labels,
+    load_labels,
+)
+from r2v_train.losses import cost_coefficients, routing_surrogate, scaled_routing_cost
+from r2v_train.pipeline import load_config
+from r2v_train.router_train import RouterData, RouterTrainConfig, train_router
+from r2v_train.router_variants import SETTINGS, resolve_variants, router_rows, variant_config
+
+EPSILONS = (0.02, 0.05, 0.1, 0.15)
+
+
+def test_cost_scales():
+    p, y = torch.rand(200, generator=torch.Generator().manual_seed(0)), (torch.arange(200) % 3 == 0).float()
+    assert torch.equal(scaled_routing_cost(p, y, 0.02, 1.0, 1.96), routing_surrogate(p, y, 0.02, 1.0, 1.96))
+    assert torch.allclose(scaled_routing_cost(p, y, 0.02, 1.0, 1.96, "regret"), (p - y).abs(), atol=1e-6)
+    assert torch.allclose(scaled_routing_cost(p, y, 0.02, 1.0, 1.96, "miss"), y * (1 - p), atol=1e-6)
+    top = scaled_routing_cost(p, y, 0.02, 1.0, 1.96, "max")
+    assert float(top.max()) <= 1.0 and torch.allclose(top * 1.98, routing_surrogate(p, y, 0.02, 1.0, 1.96))
+    # the paper scale's floor: a failing step escalated still costs c_LLM, above every epsilon of Table 5
+    assert cost_coefficients(0.02, 1.0, 1.96)[1][1] == 1.0
+    with pytest.raises(UnknownChoiceError):
+        cost_coefficients(0.02, 1.0, 1.96, "bogus")
+    with pytest.raises(UnknownChoiceError):
+        RouterTrainConfig(cost_scale="bogus")
+
+
+def _rollouts(n_rollouts: int, seed: int) -> RouterData:
+    """Synthetic rollouts: 40% fail; a noisy risk feature separates their steps only partly."""
+    rng = np.random.default_rng(seed)
+    feats, ys, zs = [], [], []
+    for z in range(n_rollouts):
+        fail = rng.random() < 0.4
+        steps = 12 if fail else 6
+        f = rng.normal(size=(steps, len(FEATURE_NAMES))).astype(np.float32)
+        f[:, 0] += 1.2 * fail
+        feats.append(f)
+        ys += [int(fail)] * steps
+        zs += [z] * steps
+    return RouterData(features=np.concatenate(feats), y=np.array(ys), seed=np.array(zs))
+
+
+def test_cvar_budget_threshold_is_monotone_in_epsilon_and_alpha():
+    data = _rollouts(300, 1)
+    p = 1 / (1 + np.exp(-(data.features[:, 0] - 0.6)))
+    rollout = data.rollout_index()[0]
+
+    def rate(alpha, eps, scale="miss"):
+        tau = calibration.select_threshold(p, data.y, 0.02, 1.0, 1.96, rule="cvar_budget", rollout=rollout,
+                                           alpha=alpha, epsilon=eps, scale=scale)
+        return float(np.mean(p >= tau))
+
+    for alpha in (0.05, 0.1, 0.2, 0.5):
+        rates = [rate(alpha, e) for e in EPSILONS]
+        assert all(a >= b for a, b in zip(rates, rates[1:])), (alpha, rates)  # tighter epsilon: more escalation
+        assert rates[0] > rates[-1]
+    assert rate(0.05, 0.1) >= rate(0.5, 0.1)  # a smaller tail is a stricter constraint
+    # on the paper scale no epsilon of the grid is feasible: everything escalates, whatever epsilon says
+    assert {rate(0.2, e, "paper") for e in EPSILONS} == {1.0}
+
+
+def test_scaled_setting_moves_the_trained_router_with_epsilon():
+    train, valid = _rollouts(120, 2), _rollouts(80, 3)
+    base = RouterTrainConfig(epochs=1, batch_size=512, hidden=(16,), progress=False, threshold_rule="bayes")
+    rates = []
+    for eps in (0.02, 0.1, 0.15):
+        r = train_router(train, valid, variant_config(base, {**SETTINGS["scaled"], "epsilon": eps}))
+        rates.append(r.metrics["valid"]["escalation_rate"])
+        assert r.metrics["valid"]["rollout_cvar_hard_miss"] <= eps + 1e-9  # the budget holds on validation
+    assert all(a >= b for a, b in zip(rates, rates[1:])) and rates[0] > rates[-1], rates
+    paper = {round(train_router(train, valid, dataclasses.replace(base, epsilon=e)).threshold, 6) for e in (0.02, 0.15)}
+    assert paper == {0.5}  # the paper's router: bayes threshold whatever epsilon says
+
+
+class _EastThenLook(BatchPolicy):
+    """A stand-in SLM: walks east while an east exit is visible, then only looks (never takes the item)."""
+
+    name = "slm"
+
+    def __init__(self, take: bool = False):
+        self.walk = not take
+
+    def act_batch(self, contexts, infos):
+        out = []
+        for ctx in contexts:
+            east = "exit to the east" in ctx.observation
+            f = trajectory_features(ctx)  # logged as features, to compare with the recomputation from the log
+            out.append(Decision(action="go east" if east and self.walk else "look", source="slm", features=f))
+        return out
+
+
+def _slm_rollouts(tmp_path, policy, tasks=("scripted-0", "scripted-1")):
+    d = tmp_path / "slm"
+    run(policy, RunConfig("R2V/Scripted-v0", str(d), task_ids=tasks, seeds=(0,), split="train",
+                          env_kwargs={"perturbations": None}, max_steps=6, progress=False))
+    return d
+
+
+def test_trajectory_features_from_the_log_equal_the_live_ones(tmp_path):
+    d = _slm_rollouts(tmp_path, _EastThenLook())
+    steps = load_rows(d, "steps")
+    again = logged_trajectory_features(steps)
+    for r in steps:
+        assert np.array_equal(np.asarray(r["features"], dtype=np.float32), again[(r["episode_id"], r["t"])])
+    last = again[("scripted-0@0", 5)]
+    named = dict(zip(TRAJECTORY_NAMES, last.tolist()))
+    assert named["steps_without_progress"] == pytest.approx(5 / 6) and named["repeat_share"] > 0.5
+
+
+def test_counterfactual_labels_flip_where_constructed(tmp_path):
+    slm = _EastThenLook()
+    d = _slm_rollouts(tmp_path, slm)
+    eps = {e["episode_id"]: e for e in load_rows(d, "episodes")}
+    assert not any(e["success"] for e in eps.values())  # the stand-in SLM never takes the item
+    summary = counterfactual_labels(d, tmp_path / "cf", slm, OracleTeacher(), CounterfactualConfig(2), progress=False)
+    labels = load_labels(tmp_path / "cf")
+    sampled = {k: y for k, (y, s) in labels.items() if s}
+    # t = 0 (and the corridor's east walks) already were the teacher's action: never sampled
+    assert ("scripted-0@0", 0) in labels and not labels[("scripted-0@0", 0)][1]
+    assert len(sampled) == summary["sampled_steps"] == summary["episodes_run"] == 4
+    # every sampled step stands in the item's room, where the teacher's one action ("take ...") wins
+    assert all(y == 1 for y in sampled.values()) and summary["rescued_rollouts"] == 2
+    # determinism: a second labelling elsewhere gives identical label bytes; a rerun resumes with nothing to run
+    counterfactual_labels(d, tmp_path / "cf2", slm, OracleTeacher(), CounterfactualConfig(2), progress=False)
+    assert (tmp_path / "cf" / LABELS_FILE).read_bytes() == (tmp_path / "cf2" / LABELS_FILE).read_bytes()
+    assert counterfactual_labels(d, tmp_path / "cf", slm, OracleTeacher(), CounterfactualConfig(2),
+                                 progress=False)["episodes_run_now"] == 0
+    # the counterfactual oracle escalates exactly one step per rescued rollout, and that step rescues it
+    router = StepOracleRouter.from_labels(d, tmp_path / "cf")
+    out = tmp_path / "cf_oracle"
+    run(RoutedPolicy(slm, OracleTeacher(), router), RunConfig(
+        "R2V/Scripted-v0", str(out), task_ids=("scripted-0", "scripted-1"), seeds=(0,), split="train",
+        env_kwargs={"perturbations": None}, max_steps=6, progress=False))
+    rows = load_rows(out, "episodes")
+    assert all(r["success"] and r["teacher_calls"] == 1 for r in rows)
+
+
+def test_counterfactual_labels_stay_zero_when_one_action_cannot_rescue(tmp_path):
+    slm = _EastThenLook(take=True)  # only looks: one teacher "go east" leaves it short of a 3-room corridor's end
+    d = _slm_rollouts(tmp_path, slm, tasks=("scripted-1",))
+    summary = counterfactual_labels(d, tmp_path / "cf", slm, OracleTeacher(), CounterfactualConfig(3), progress=False)
+    assert summary["episodes_run"] == 3 and summary["rescuing_steps"] == 0
+    # the counterfactual router data keeps the sampled steps of failed rollouts only, labelled y_cf
+    cfg = variant_config(RouterTrainConfig(progress=False), SETTINGS["counterfactual"])
+    data = router_rows(d, cfg, tmp_path / "cf")
+    assert len(data) == 3 and not data.y.any()
+
+
+def test_trajectory_router_computes_its_features_from_contexts(tmp_path):
+    data = _rollouts(60, 4)
+    extra = np.random.default_rng(0).random((len(data), len(TRAJECTORY_NAMES)), dtype=np.float32)
+    wide = dataclasses.replace(data, features=np.concatenate([data.features, extra], axis=1),
+                               feature_names=(*FEATURE_NAMES, *TRAJECTORY_NAMES))
+    train_router(wide, wide, RouterTrainConfig(epochs=1, batch_size=256, progress=False, features="trajectory"),
+                 run_dir=tmp_path)
+    router = MLPRouter.load(tmp_path / "router.pt")
+    ctx = Context.start("Take the coin.", "A room.", {}, max_steps=10).advance("look", "You can't.", 0.0, {})
+    f = np.zeros((1, len(FEATURE_NAMES)), dtype=np.float32)
+    full = np.concatenate([f, trajectory_features(ctx)[None]], axis=1)
+    assert router.predict(f, [ctx]) == pytest.approx(router.predict(full))
+    with pytest.raises(ValueError, match="contexts"):
+        router.predict(f)
+
+
+def test_settings_resolve_from_yaml():
+    cfg = load_config({"preset": "tiny", "router_variants": ["scaled", {"mine": {"features": "trajectory"}}],
+                       "counterfactual": {"steps_per_rollout": 2, "oracle": True}, "repeats": {"n": 3}})
+    assert list(cfg.study.variants) == ["scaled", "mine"] and cfg.study.repeats.n == 3 and cfg.study.active
+    assert cfg.study.counterfactual.steps_per_rollout == 2
+    with pytest.raises(UnknownChoiceError):
+        resolve_variants([{"bad": {"epsilonn": 0.1}}])
+    with pytest.raises(ValueError):
+        load_config({"repeats": {"n": 0}})
