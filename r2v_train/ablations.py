@@ -41,7 +41,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_train.evaluate import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
 from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
-from r2v_train.router_variants import SETTINGS, train_variant, variant_config
+from r2v_train.router_variants import train_variant
 
 ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "feature_sets")
 CVAR_ALPHAS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)

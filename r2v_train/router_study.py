@@ -39,7 +39,7 @@ from r2v_envs.fileio import write_json_atomic
 from r2v_eval.stats import episode_outcomes, paired_bootstrap
 from r2v_train.chain import STAGES, run_chain, stage_paths
 from r2v_train.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
-from r2v_train.evaluate import Agents, EvalConfig, build_routers, evaluate, load_results, run_method, run_metrics
+from r2v_train.evaluate import Agents, EvalConfig, evaluate, load_results, run_method, run_metrics
 from r2v_train.narrate import say
 from r2v_train.router_variants import resolve_variants, train_variant, variant_config
 
