@@ -57,7 +57,9 @@ def test_bagged_router_operating_point_moves_less_across_repeats():
             r = fit_router(train, valid, dataclasses.replace(cfg, seed=rep))
             rates[name].append(float(np.mean(r.model.predict_proba(test.features) >= r.threshold)))
     spread = {k: max(v) - min(v) for k, v in rates.items()}
-    assert spread["bagged"] < 0.7 * spread["single"], rates  # measured: 0.20 vs 0.38
+    # measured: 0.20 vs 0.38 (bagging calibrated on validation alone: 0.33, as on the default run: the Platt fit on
+    # the few validation rollouts carries the spread, and pooling the cross-fitted training rows removes it)
+    assert spread["bagged"] < 0.7 * spread["single"], rates
 
 
 def test_bagged_router_is_deterministic_resumable_and_loads_as_one_router(tmp_path):
