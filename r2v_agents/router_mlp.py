@@ -4,7 +4,9 @@ Architecture (Appendix C): input standardisation -> Linear(15, 128) -> BatchNorm
 -> Linear(128, 64) -> BatchNorm -> GELU -> Dropout(0.2) -> Linear(64, 1), then logits / T + b with a
 learnable post-hoc temperature T (Guo et al., 2017) and bias b (0 unless Platt scaling fits it), both fitted on
 validation data after training (``r2v_train.calibration``); ``predict_proba`` applies the sigmoid. About
-10.8k parameters. Dropout is ``FastDropout`` (same semantics, cheaper masks on CPU).
+10.8k parameters. Dropout is ``FastDropout`` (same semantics, cheaper masks on CPU). ``RouterEnsemble`` (a bagged
+router, ``r2v_train.router_bagging``) averages several such MLPs under one calibration and saves and loads the same
+way (its ``arch`` records ``members``).
 
 The feature standardisation lives inside the model as buffers: callers pass raw features. ``save_router``
 stores the feature specification beside the weights: ``names`` in order, and ``mean`` / ``std``, the
@@ -168,6 +170,57 @@ class RouterMLP(nn.Module):
         return probs[0:1].reshape(()) if single else probs
 
 
+class RouterEnsemble(RouterMLP):
+    """A bagged router: the mean failure probability of ``members`` ``RouterMLP`` members, then one calibration.
+
+    ``untempered_logits`` is the logit of the members' mean probability (each member at its own temperature 1 and
+    bias 0), so ``forward`` / ``predict_proba`` apply one temperature and bias (fitted on the ensemble's output,
+    ``r2v_train.router_bagging``) exactly as for a single router, and ``MLPRouter`` uses it unchanged. Each member
+    standardises with its own buffers (it may have been trained on a subset of the rollouts); the ensemble's
+    ``feature_mean`` / ``feature_std`` record the whole training set's statistics for the feature spec.
+
+    Example:
+        >>> import numpy as np
+        >>> e = RouterEnsemble(in_features=3, hidden=(4,), members=3)
+        >>> e.predict_proba(np.zeros((2, 3))).shape, len(e.members)
+        ((2,), 3)
+    """
+
+    def __init__(self, in_features: int = 15, hidden: Sequence[int] = (128, 64), dropout: float = 0.2,
+                 members: int = 2):
+        super().__init__(in_features, hidden, dropout)
+        if members < 1:
+            raise ValueError(f"an ensemble needs members >= 1; got {members}")
+        del self.net  # the members carry the weights
+        self.members = nn.ModuleList(RouterMLP(in_features, hidden, dropout) for _ in range(int(members)))
+
+    @classmethod
+    def of(cls, members: Sequence[RouterMLP], mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray
+           ) -> RouterEnsemble:
+        """An ensemble holding copies of trained ``members`` (their temperature and bias reset to 1 and 0)."""
+        first = members[0]
+        e = cls(first.in_features, first.hidden, first.dropout, len(members))
+        for mine, theirs in zip(e.members, members):
+            mine.load_state_dict(theirs.state_dict())
+            mine.set_temperature(1.0, 0.0)
+        e.set_standardisation(mean, std)
+        e.eval()
+        return e
+
+    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Untempered logits of every member, shape (members, N)."""
+        return torch.stack([m.untempered_logits(x) for m in self.members])
+
+    @staticmethod
+    def pool(member_logits: torch.Tensor) -> torch.Tensor:
+        """The logit of the mean member probability (clipped away from 0 and 1 so it stays finite)."""
+        p = torch.sigmoid(member_logits.double()).mean(0).clamp(1e-7, 1 - 1e-7)
+        return torch.logit(p).to(member_logits.dtype)
+
+    def untempered_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.member_logits(x))
+
+
 def check_feature_spec(spec: Mapping[str, Any], in_features: int | None = None,
                        expected_features: Sequence[str] | None = None) -> None:
     """Raise ``FeatureSpecError`` unless ``spec`` has matching names/mean/std (and matches the expectations)."""
@@ -198,7 +251,8 @@ def save_router(path: str | os.PathLike, model: RouterMLP, feature_spec: Mapping
         raise FeatureSpecError("feature spec mean/std differ from the model's standardisation buffers")
     payload = {
         "format": FORMAT,
-        "arch": {"in_features": model.in_features, "hidden": list(model.hidden), "dropout": model.dropout},
+        "arch": {"in_features": model.in_features, "hidden": list(model.hidden), "dropout": model.dropout,
+                 **({"members": len(model.members)} if isinstance(model, RouterEnsemble) else {})},
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "feature_spec": json.dumps({k: _plain(v) for k, v in feature_spec.items()}),
         "threshold": float(threshold),
@@ -223,7 +277,7 @@ def load_router(path: str | os.PathLike, expected_features: Sequence[str] | None
         raise FeatureSpecError(f"{path} is not an {FORMAT} checkpoint")
     arch, spec = payload["arch"], json.loads(payload["feature_spec"])
     check_feature_spec(spec, in_features=arch["in_features"], expected_features=expected_features)
-    model = RouterMLP(**arch)
+    model = RouterEnsemble(**arch) if "members" in arch else RouterMLP(**arch)
     model.load_state_dict(payload["state_dict"])
     if not _matches_buffers(spec, model):
         raise FeatureSpecError(f"{path}: feature spec normalisation differs from the weights' buffers")

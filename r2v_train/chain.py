@@ -58,7 +58,8 @@ from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitCo
 from r2v_train.narrate import describe_stage, duration, eta_text, say
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
-from r2v_train.router_train import PAPER_DEFAULTS, RouterData, RouterTrainConfig, train_router
+from r2v_train.router_bagging import fit_router
+from r2v_train.router_train import PAPER_DEFAULTS, RouterData, RouterTrainConfig
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -133,7 +134,7 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
     def router(c, d):
         p = stage_paths(d)
         train, valid = RouterData.from_run(p["router_data_train"]), RouterData.from_run(p["router_data_valid"])
-        r = train_router(train, valid, c.router, run_dir=os.path.join(d, "router"))
+        r = fit_router(train, valid, c.router, run_dir=os.path.join(d, "router"))
         v = r.metrics["valid"]
         return {"router": p["router"], "threshold": r.threshold, "train_rows": len(train), "valid_rows": len(valid),
                 "valid_ece": v["ece"], "valid_brier": v["brier"], "escalation_rate": v["escalation_rate"]}

@@ -35,6 +35,7 @@ import numpy as np
 
 from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import MLPRouter
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.stats import episode_outcomes, paired_bootstrap
 from r2v_train.chain import STAGES, run_chain, stage_paths
@@ -64,10 +65,15 @@ class RepeatConfig:
     """runs in all (1: no repeat)"""
     seed_offset: int = 1000
     """repeat i shifts the router-data rollout seeds by i * seed_offset and the sampler and router seeds by i"""
+    variants: tuple[str, ...] = ()
+    """named router settings (of ``router_variants``) trained on every repeat's router data and evaluated too,
+    so their spread is measured next to R2V's (cells ``r2v@<name>``; settings on counterfactual labels cannot
+    repeat, their labels are made for the main run's rollouts only)"""
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"repeats.n must be >= 1; got {self.n}")
+        self.variants = tuple(self.variants)
 
 
 @dataclass
@@ -78,9 +84,14 @@ class StudyConfig:
 
     @classmethod
     def from_yaml(cls, data: Mapping[str, Any]) -> StudyConfig:
-        return cls(variants=resolve_variants(data.get("router_variants")),
-                   counterfactual=CounterfactualStudyConfig(**(data.get("counterfactual") or {})),
-                   repeats=RepeatConfig(**(data.get("repeats") or {})))
+        out = cls(variants=resolve_variants(data.get("router_variants")),
+                  counterfactual=CounterfactualStudyConfig(**(data.get("counterfactual") or {})),
+                  repeats=RepeatConfig(**(data.get("repeats") or {})))
+        missing = [v for v in out.repeats.variants if v not in out.variants]
+        if missing:
+            raise UnknownChoiceError("repeated router setting (list it in router_variants)", missing[0],
+                                     sorted(out.variants))
+        return out
 
     @property
     def active(self) -> bool:
@@ -120,23 +131,32 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
         rows["cf_oracle"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
                              "rescued_rollouts": len(router.rescue), "paired": _paired(out, d, runs, ev)}
     for name, overrides in study.variants.items():
-        say(f"router setting {name}: {overrides or 'the chain router config'}")
-        path, metrics = train_variant(name, overrides, chain.router, p["router_data_train"], p["router_data_valid"],
-                                      run_dir / "router_variants" / name / "router", cf_dirs)
-        a = dataclasses.replace(agents, router_path=path)
-        d = out / "runs" / cond / f"r2v@{name}"
-        router = MLPRouter.load(path)
-        run_method(RoutedPolicy(a.slm(), a.teacher(), router, budget_per_episode=ev.budget_per_episode), f"r2v@{name}",
-                   ev, spec, d)
-        v = metrics["valid"]
-        rows[f"r2v@{name}"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
-                               "overrides": overrides, "threshold": metrics["threshold"], "lambda": metrics["lambda"],
-                               "valid_ece": v["ece"], "valid_brier": v["brier"],
-                               "valid_escalation": v["escalation_rate"], "valid_rows": v["n"],
-                               "paired": _paired(out, d, runs, ev)}
+        rows[f"r2v@{name}"] = _variant_row(chain, agents, ev, name, overrides, run_dir, out, cf_dirs)
     summary = {"condition": cond, "rows": rows, "counterfactual": cf_summary}
     write_json_atomic(out / VARIANTS_FILE, summary)
     return summary
+
+
+def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, overrides: Mapping[str, Any], run_dir: Path,
+                 out: Path, cf_dirs: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Train router setting ``name`` on ``run_dir``'s router data and evaluate it routed on the main condition
+    (``out/runs/<cond>/r2v@<name>``, resumable); its metrics, training figures and paired differences."""
+    p = stage_paths(run_dir)
+    cond, spec = next(iter(ev.conditions().items()))
+    runs = load_results(out)["runs"][cond]
+    say(f"router setting {name}: {overrides or 'the chain router config'}")
+    path, metrics = train_variant(name, overrides, chain.router, p["router_data_train"], p["router_data_valid"],
+                                  run_dir / "router_variants" / name / "router", cf_dirs)
+    a = dataclasses.replace(agents, router_path=path)
+    d = out / "runs" / cond / f"r2v@{name}"
+    router = MLPRouter.load(path)
+    run_method(RoutedPolicy(a.slm(), a.teacher(), router, budget_per_episode=ev.budget_per_episode), f"r2v@{name}",
+               ev, spec, d)
+    v = metrics["valid"]
+    return {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
+            "overrides": dict(overrides), "threshold": metrics["threshold"], "lambda": metrics["lambda"],
+            "valid_ece": v["ece"], "valid_brier": v["brier"], "valid_escalation": v["escalation_rate"],
+            "valid_rows": v["n"], "paired": _paired(out, d, runs, ev)}
 
 
 def spread(cells: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[str, Any]:
@@ -168,8 +188,18 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
     main = load_results(run_dir / "eval")
     cond = main["main_condition"]
     cells = {m: [c] for m, c in main["conditions"][cond].items()}
+    paired: dict[str, list[Any]] = {}
     per_repeat = [{"dir": ".", "seeds": _seeds(chain)}]
     ev_main = dataclasses.replace(ev, per_type=(), heuristic_sweep=())
+
+    def variants(c: Any, rep: Path) -> None:  # the repeated settings, on this repeat's router data
+        for name in study.repeats.variants:
+            row = _variant_row(c, agents_for(c, rep), ev_main, name, study.variants[name], rep, rep / "eval")
+            cells.setdefault(f"r2v@{name}", []).append(row)
+            paired.setdefault(f"r2v@{name}", []).append(
+                {m: {k: x[k] for k in ("sr_diff", "llm_pct_diff", "llm_pct_diff_ci")} for m, x in row["paired"].items()})
+
+    variants(chain, run_dir)
     for i in range(1, study.repeats.n):
         off = i * study.repeats.seed_offset
         rd = dataclasses.replace(chain.router_data, train_seeds=tuple(s + off for s in chain.router_data.train_seeds),
@@ -189,11 +219,12 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
         r = evaluate(agents_for(c, rep), ev_main, rep / "eval")
         for m, cell in r["conditions"][cond].items():
             cells.setdefault(m, []).append(cell)
+        variants(c, rep)
         per_repeat.append({"dir": os.path.relpath(rep, run_dir), "seeds": _seeds(c)})
     summary = {"condition": cond, "n": study.repeats.n, "repeats": per_repeat,
                "cells": {m: [{k: c[k] for k in ("sr", "llm_pct", "sr_ci", "llm_pct_ci", "episodes")} for c in v]
                          for m, v in cells.items()},
-               "spread": spread(cells)}
+               "paired": paired, "spread": spread(cells)}
     write_json_atomic(run_dir / "eval" / REPEATS_FILE, summary)
     return summary
 
@@ -239,5 +270,12 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
             a, b = s["sr"], s["llm_pct"]
             parts.append(f"| {m} | {a['mean']:.1f} | {a['std']:.1f} | {a['min']:.1f}-{a['max']:.1f} | "
                          f"{b['mean']:.1f} | {b['std']:.1f} | {b['min']:.1f}-{b['max']:.1f} |")
+        for m, reps in r.get("paired", {}).items():
+            for base in ("heuristic", "entropy"):
+                diffs = [x[base] for x in reps if base in x]
+                if diffs:
+                    parts.append(f"\n{m} minus {base}, paired, per repeat (SR, LLM% [95% CI]): " + "; ".join(
+                        f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} [{x['llm_pct_diff_ci'][0]:+.1f}, "
+                        f"{x['llm_pct_diff_ci'][1]:+.1f}]" for x in diffs))
         parts.append("")
     return parts

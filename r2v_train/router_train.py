@@ -72,10 +72,12 @@ if TYPE_CHECKING:
 
 MODES = ("cvar", "mean", "brier")
 LABEL_KINDS = ("episode", "counterfactual")
-PAPER_DEFAULTS = {"cost_scale": "paper", "features": "full", "labels": "episode"}
+PAPER_DEFAULTS = {"cost_scale": "paper", "features": "full", "labels": "episode", "bag": 1, "bag_folds": 4,
+                  "calibrate_on": "valid"}
 """Fields added after the paper's router (issue 17) and their paper values: left out of identities and stage keys
 when at these values, so a paper router's run directory stays current."""
 CALIBRATIONS = ("temperature", "platt", "none")
+CALIBRATION_ROWS = ("valid", "pooled")
 ROUTER_FILE, METRICS_FILE, STATE_FILE = "router.pt", "router_metrics.json", "router_train_state.pt"
 
 
@@ -117,6 +119,16 @@ class RouterTrainConfig:
         "help": "min_cost (lowest validation routing cost) | bayes (tau* of Eq. 13) | budget"})
     max_escalation: float | None = field(default=None, metadata={
         "help": "highest validation escalation rate allowed by threshold_rule=budget"})
+    bag: int = field(default=1, metadata={
+        "help": "routers averaged (probabilities) into one: 1 = the paper's single router; > 1 = a bagged router "
+                "(r2v_train.router_bagging)"})
+    bag_folds: int = field(default=4, metadata={
+        "help": "with bag > 1: member m trains on the rollouts outside fold m mod K of a K-fold split of the "
+                "training rollouts (1: every member on all of them, differing only in seed)"})
+    calibrate_on: str = field(default="valid", metadata={
+        "help": "rows the recalibration and threshold are fitted on: valid (the paper) | pooled (the validation "
+                "rows plus the training rows scored out of fold by the members that did not see them; needs "
+                "bag >= bag_folds > 1)"})
     seed: int = field(default=0, metadata={"help": "seed of initialisation and batch order"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -133,6 +145,13 @@ class RouterTrainConfig:
             raise UnknownChoiceError("cost scale", self.cost_scale, COST_SCALES)
         if self.threshold_rule not in calibration.THRESHOLD_RULES:
             raise UnknownChoiceError("threshold rule", self.threshold_rule, calibration.THRESHOLD_RULES)
+        if self.calibrate_on not in CALIBRATION_ROWS:
+            raise UnknownChoiceError("calibration rows", self.calibrate_on, CALIBRATION_ROWS)
+        if self.bag < 1 or self.bag_folds < 1:
+            raise ValueError(f"need bag >= 1 and bag_folds >= 1; got {self.bag}, {self.bag_folds}")
+        if self.calibrate_on == "pooled" and not self.bag >= self.bag_folds > 1:
+            raise ValueError(f"calibrate_on: pooled scores each training rollout out of fold, which needs "
+                             f"bag >= bag_folds > 1; got bag {self.bag}, bag_folds {self.bag_folds}")
         if self.epochs < 1 or self.batch_size < 2:
             raise ValueError(f"need epochs >= 1 and batch_size >= 2; got {self.epochs}, {self.batch_size}")
         if not 0 < self.alpha <= 1:

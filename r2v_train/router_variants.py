@@ -10,7 +10,10 @@ config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lis
   the steps are failing steps left to the SLM", and tightening epsilon escalates more;
 * ``trajectory``: Eq. 6's 15 features plus :data:`r2v_agents.trajectory_features.TRAJECTORY_NAMES`;
 * ``counterfactual``: trained on y_cf (:mod:`r2v_train.counterfactual`) instead of Eq. 7's labels: the sampled
-  steps of failed rollouts with their measured label, and every step of successful rollouts (y_cf = 0).
+  steps of failed rollouts with their measured label, and every step of successful rollouts (y_cf = 0);
+* ``bagged``: 8 routers on 4-fold resamples of the training rollouts, probabilities averaged, Platt and threshold
+  fitted on the validation rows plus the cross-fitted training rows (:mod:`r2v_train.router_bagging`): the
+  operating point stops depending on one init seed and 40 validation rollouts.
 
 Example:
     >>> resolve_variants(["scaled", {"mine": {"features": "trajectory", "epsilon": 0.05}}])["mine"]
@@ -36,13 +39,15 @@ from r2v_agents.shards import load_rows
 from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_features
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.counterfactual import load_labels
-from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+from r2v_train.router_bagging import fit_router
+from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "paper": {},
     "scaled": {"cost_scale": "miss", "threshold_rule": "cvar_budget"},
     "trajectory": {"features": "trajectory"},
     "counterfactual": {"labels": "counterfactual"},
+    "bagged": {"bag": 8, "bag_folds": 4, "calibrate_on": "pooled"},
 }
 
 
@@ -108,5 +113,5 @@ def train_variant(name: str, overrides: Mapping[str, Any], base: RouterTrainConf
     cf = cf_dirs or {}
     train = router_rows(train_dir, cfg, cf.get("train"))
     valid = router_rows(valid_dir, cfg, cf.get("valid"))
-    result = train_router(train, valid, cfg, run_dir=out_dir, feature_names=train.feature_names)
+    result = fit_router(train, valid, cfg, run_dir=out_dir, feature_names=train.feature_names)
     return os.fspath(Path(out_dir) / ROUTER_FILE), result.metrics
