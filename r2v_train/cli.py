@@ -6,7 +6,6 @@
     r2v collect | preferences | distill | router-train
     r2v rollout                       # expert + random baseline through perturbed envs, success table
     r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
-    r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
     r2v textworld-generate --suite default --workers 2
     r2v doctor                        # what this machine gives the suite (sandbox, Docker, GPU, cache, extras)
 """
