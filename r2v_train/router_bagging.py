@@ -47,11 +47,11 @@ from r2v_train.router_train import (
     RouterData,
     RouterTrainConfig,
     RouterTrainResult,
-    _check_identity,
     _default_feature_names,
     _fingerprint,
     _standardisation,
     evaluate_router,
+    load_finished,
     train_router,
 )
 
@@ -105,19 +105,16 @@ def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, r
     """Train ``cfg.bag`` members, average them, recalibrate and threshold on ``cfg.calibrate_on`` rows."""
     import torch
 
-    from r2v_agents.router_mlp import RouterEnsemble, load_router, save_router  # torch at its top: lazy
+    from r2v_agents.router_mlp import RouterEnsemble, save_router  # torch at its top: lazy
 
     d = train.features.shape[1]
     names = list(feature_names or train.feature_names or _default_feature_names(d))
     identity = {"config": cfg.identity(), "data": _fingerprint(train, valid), "features": names}
     paths = {k: os.path.join(os.fspath(run_dir), f) for k, f in (("router", ROUTER_FILE), ("metrics", METRICS_FILE))
              } if run_dir else {}
-    if paths and os.path.exists(paths["router"]) and os.path.exists(paths["metrics"]):
-        with open(paths["metrics"]) as f:
-            metrics = json.load(f)
-        _check_identity(metrics.get("identity"), identity, paths["metrics"])
-        model, spec, threshold, _ = load_router(paths["router"], expected_features=names)
-        return RouterTrainResult(model, spec, threshold, metrics)
+    finished = load_finished(paths, identity, names)
+    if finished is not None:
+        return finished
 
     rollout, n_rollouts = train.rollout_index()
     held = member_folds(rollout, n_rollouts, cfg.bag, cfg.bag_folds, cfg.seed)

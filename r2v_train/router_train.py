@@ -340,6 +340,22 @@ class _Training:
     start_epoch: int = 0
 
 
+def load_finished(paths: dict[str, str], identity: dict[str, Any], names: Sequence[str]) -> RouterTrainResult | None:
+    """The router a finished run left at ``paths`` (``router`` and ``metrics`` files), or None if there is none.
+
+    Raises if the finished run was trained with another config, data or feature set (``identity``), so a run
+    directory never silently serves a stale router."""
+    if not paths or not (os.path.exists(paths["router"]) and os.path.exists(paths["metrics"])):
+        return None
+    from r2v_agents.router_mlp import load_router  # torch at its top: lazy
+
+    with open(paths["metrics"]) as f:
+        metrics = json.load(f)
+    _check_identity(metrics.get("identity"), identity, paths["metrics"])
+    model, spec, threshold, _ = load_router(paths["router"], expected_features=names)
+    return RouterTrainResult(model, spec, threshold, metrics)
+
+
 def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | None = None,
                  run_dir: str | os.PathLike | None = None, feature_names: Sequence[str] | None = None
                  ) -> RouterTrainResult:
@@ -348,7 +364,7 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
 
     A finished run in ``run_dir`` with the same config and data is loaded instead of retrained.
     """
-    from r2v_agents.router_mlp import load_router, save_router
+    from r2v_agents.router_mlp import save_router
 
     cfg = cfg or RouterTrainConfig()
     d = train.features.shape[1]
@@ -362,12 +378,9 @@ def train_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | 
 
     paths = {k: os.path.join(os.fspath(run_dir), f) for k, f in
              (("router", ROUTER_FILE), ("metrics", METRICS_FILE), ("state", STATE_FILE))} if run_dir else {}
-    if paths and os.path.exists(paths["router"]) and os.path.exists(paths["metrics"]):
-        with open(paths["metrics"]) as f:
-            metrics = json.load(f)
-        _check_identity(metrics.get("identity"), identity, paths["metrics"])
-        model, spec, threshold, _ = load_router(paths["router"], expected_features=names)
-        return RouterTrainResult(model, spec, threshold, metrics)
+    finished = load_finished(paths, identity, names)
+    if finished is not None:
+        return finished
 
     mean, std = _standardisation(train.features)
     t = _start_training(train, cfg, d, mean, std)
