@@ -25,7 +25,7 @@ pooled fit escalates more than a validation fit that happened to see easy games.
 the ensemble is saved as one ``RouterEnsemble`` checkpoint that ``MLPRouter.load`` reads like a single router.
 
 Example:
-    >>> folds = member_folds(np.arange(6), 6, bag=4, folds=2, seed=0)
+    >>> folds = member_folds(6, bag=4, folds=2, seed=0)
     >>> [int(f.sum()) for f in folds], bool((folds[0] ^ folds[1]).all())  # each rollout held out once per split
     ([3, 3, 3, 3], True)
 """
@@ -51,6 +51,7 @@ from r2v_train.router_train import (
     _fingerprint,
     _standardisation,
     evaluate_router,
+    fit_calibration,
     load_finished,
     train_router,
 )
@@ -58,13 +59,12 @@ from r2v_train.router_train import (
 MEMBERS_DIR = "members"
 
 
-def member_folds(rollout: np.ndarray, n_rollouts: int, bag: int, folds: int, seed: int) -> list[np.ndarray]:
+def member_folds(n_rollouts: int, bag: int, folds: int, seed: int) -> list[np.ndarray]:
     """Per member, a boolean mask over rollouts 0..n_rollouts-1: True where the member does not train on it.
 
     Member m holds out fold ``m mod folds`` of split ``m // folds``; every split is a fresh permutation of the
     rollouts (seeded by (seed, split)), dealt round-robin into ``folds`` folds. ``folds = 1``: nothing held out.
     """
-    del rollout  # the masks are per rollout; rows follow through their rollout index
     out: list[np.ndarray] = []
     for m in range(bag):
         held = np.zeros(n_rollouts, dtype=bool)
@@ -92,14 +92,6 @@ def _subset(data: RouterData, keep: np.ndarray) -> RouterData:
                       task=col(data.task), feature_names=data.feature_names)
 
 
-def _calibrate(raw: np.ndarray, y: np.ndarray, kind: str) -> tuple[float, float]:
-    if kind == "platt":
-        return calibration.fit_platt(raw, y)
-    if kind == "temperature":
-        return calibration.fit_temperature(raw, y), 0.0
-    return 1.0, 0.0
-
-
 def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, run_dir: str | os.PathLike | None = None,
                  feature_names: Sequence[str] | None = None) -> RouterTrainResult:
     """Train ``cfg.bag`` members, average them, recalibrate and threshold on ``cfg.calibrate_on`` rows."""
@@ -117,7 +109,7 @@ def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, r
         return finished
 
     rollout, n_rollouts = train.rollout_index()
-    held = member_folds(rollout, n_rollouts, cfg.bag, cfg.bag_folds, cfg.seed)
+    held = member_folds(n_rollouts, cfg.bag, cfg.bag_folds, cfg.seed)
     members, member_rows = [], []
     for m, out in enumerate(held):
         member_cfg = dataclasses.replace(cfg, bag=1, bag_folds=4, calibrate_on="valid", seed=cfg.seed * cfg.bag + m,
@@ -142,7 +134,7 @@ def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, r
             raw = np.concatenate([oof, valid_raw])
             y = np.concatenate([train.y, valid.y])
             ids = np.concatenate([rollout, ids + n_rollouts])
-    temperature, bias = _calibrate(raw, y, cfg.recalibration)
+    temperature, bias = fit_calibration(raw, y, cfg.recalibration)
     model.set_temperature(temperature, bias)
     p_cal = 1 / (1 + np.exp(-(raw / temperature + bias)))
     lam = float(np.mean([r["lambda"] for r in member_rows])) if cfg.mode == "cvar" else 0.0

@@ -550,6 +550,15 @@ def _restore(t: _Training, path: str, identity: Mapping[str, Any]) -> None:
     t.start_epoch, t.history, t.eta_ready = state["epoch"] + 1, state["history"], True
 
 
+def fit_calibration(raw: np.ndarray, y: np.ndarray, kind: str) -> tuple[float, float]:
+    """(temperature, bias) of the output calibration ``kind`` (CALIBRATIONS) fitted on raw logits and labels."""
+    if kind == "platt":
+        return calibration.fit_platt(raw, y)
+    if kind == "temperature":
+        return calibration.fit_temperature(raw, y), 0.0
+    return 1.0, 0.0
+
+
 def _recalibrate(model: Any, valid: RouterData, cfg: RouterTrainConfig) -> None:
     """Fit the output calibration on the validation rows: Platt (scale and bias) or one temperature."""
     import torch
@@ -558,10 +567,7 @@ def _recalibrate(model: Any, valid: RouterData, cfg: RouterTrainConfig) -> None:
         return
     with torch.no_grad():
         raw = model.untempered_logits(torch.from_numpy(valid.features)).numpy()
-    if cfg.recalibration == "platt":
-        model.set_temperature(*calibration.fit_platt(raw, valid.y))
-    else:
-        model.set_temperature(calibration.fit_temperature(raw, valid.y))
+    model.set_temperature(*fit_calibration(raw, valid.y, cfg.recalibration))
 
 
 @dataclass

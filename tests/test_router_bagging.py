@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import r2v_envs  # noqa: F401
-from r2v_agents.features import FEATURE_NAMES
 from r2v_agents.routers import MLPRouter
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.chain import ChainConfig, stage_key
@@ -16,6 +15,7 @@ from r2v_train.pipeline import load_config
 from r2v_train.router_bagging import fit_router, member_folds
 from r2v_train.router_train import RouterData, RouterTrainConfig
 from r2v_train.router_variants import SETTINGS, resolve_variants
+from tests.router_fixtures import synthetic_rollouts
 
 BASE = RouterTrainConfig(epochs=15, batch_size=128, lr=0.01, hidden=(16,), progress=False, threshold_rule="bayes")
 BAGGED = dataclasses.replace(BASE, **SETTINGS["bagged"])
@@ -23,26 +23,15 @@ BAGGED = dataclasses.replace(BASE, **SETTINGS["bagged"])
 
 def _rollouts(n_rollouts: int, seed: int) -> RouterData:
     """Synthetic rollouts: 30% fail, failing ones run longer; a noisy feature separates their steps only partly."""
-    rng = np.random.default_rng(seed)
-    feats, ys, zs = [], [], []
-    for z in range(n_rollouts):
-        fail = rng.random() < 0.3
-        steps = 12 if fail else 6
-        f = rng.normal(size=(steps, len(FEATURE_NAMES))).astype(np.float32)
-        f[:, 0] += 1.5 * fail
-        f[:, 1] += 0.05 * np.arange(steps)  # a step count: longer rollouts look riskier late
-        feats.append(f)
-        ys += [int(fail)] * steps
-        zs += [z] * steps
-    return RouterData(features=np.concatenate(feats), y=np.array(ys), seed=np.array(zs))
+    return synthetic_rollouts(n_rollouts, seed, fail_rate=0.3, shift=1.5, step_slope=0.05)
 
 
 def test_member_folds_hold_each_rollout_out_once_per_split():
-    folds = member_folds(np.arange(10), 10, bag=8, folds=4, seed=3)
+    folds = member_folds(10, bag=8, folds=4, seed=3)
     for split in (folds[:4], folds[4:]):
         assert (np.sum(split, axis=0) == 1).all()  # every rollout out of fold exactly once per split
     assert not all((a == b).all() for a, b in zip(folds[:4], folds[4:]))  # the second split is a new permutation
-    assert [f.sum() for f in member_folds(np.arange(10), 10, bag=3, folds=1, seed=0)] == [0, 0, 0]
+    assert [f.sum() for f in member_folds(10, bag=3, folds=1, seed=0)] == [0, 0, 0]
 
 
 def test_bagged_router_operating_point_moves_less_across_repeats():

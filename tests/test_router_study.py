@@ -31,6 +31,7 @@ from r2v_train.losses import cost_coefficients, routing_surrogate, scaled_routin
 from r2v_train.pipeline import load_config
 from r2v_train.router_train import RouterData, RouterTrainConfig, train_router
 from r2v_train.router_variants import SETTINGS, resolve_variants, router_rows, variant_config
+from tests.router_fixtures import synthetic_rollouts
 
 EPSILONS = (0.02, 0.05, 0.1, 0.15)
 
@@ -52,17 +53,7 @@ def test_cost_scales():
 
 def _rollouts(n_rollouts: int, seed: int) -> RouterData:
     """Synthetic rollouts: 40% fail; a noisy risk feature separates their steps only partly."""
-    rng = np.random.default_rng(seed)
-    feats, ys, zs = [], [], []
-    for z in range(n_rollouts):
-        fail = rng.random() < 0.4
-        steps = 12 if fail else 6
-        f = rng.normal(size=(steps, len(FEATURE_NAMES))).astype(np.float32)
-        f[:, 0] += 1.2 * fail
-        feats.append(f)
-        ys += [int(fail)] * steps
-        zs += [z] * steps
-    return RouterData(features=np.concatenate(feats), y=np.array(ys), seed=np.array(zs))
+    return synthetic_rollouts(n_rollouts, seed, fail_rate=0.4, shift=1.2)
 
 
 def test_cvar_budget_threshold_is_monotone_in_epsilon_and_alpha():
