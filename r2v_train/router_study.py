@@ -235,6 +235,12 @@ def _seeds(chain: Any) -> dict[str, Any]:
             "router_seed": chain.router.seed}
 
 
+def _paired_text(x: Mapping[str, Any]) -> str:
+    """A paired difference as ``SR diff, LLM% diff [LLM% CI]`` (one cell of the study's tables)."""
+    lo, hi = x["llm_pct_diff_ci"]
+    return f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
 def study_tables(run_dir: str | os.PathLike) -> list[str]:
     """Markdown sections for ``report.md`` from ``eval/variants.json`` and ``eval/repeats.json`` (if present)."""
     import json
@@ -250,8 +256,7 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
         for name, r in v["rows"].items():
             def d(m: str) -> str:
                 x = r["paired"].get(m)
-                return "" if x is None else (f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} "
-                                             f"[{x['llm_pct_diff_ci'][0]:+.1f}, {x['llm_pct_diff_ci'][1]:+.1f}]")
+                return "" if x is None else _paired_text(x)
             ece = f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"
             parts.append(f"| {name} | {r['sr']:.1f} | {r['llm_pct']:.1f} | [{r['llm_pct_ci'][0]:.1f}, "
                          f"{r['llm_pct_ci'][1]:.1f}] | {d('heuristic')} | {d('entropy')} | {ece} |")
@@ -274,8 +279,7 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
             for base in ("heuristic", "entropy"):
                 diffs = [x[base] for x in reps if base in x]
                 if diffs:
-                    parts.append(f"\n{m} minus {base}, paired, per repeat (SR, LLM% [95% CI]): " + "; ".join(
-                        f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} [{x['llm_pct_diff_ci'][0]:+.1f}, "
-                        f"{x['llm_pct_diff_ci'][1]:+.1f}]" for x in diffs))
+                    parts.append(f"\n{m} minus {base}, paired, per repeat (SR, LLM% [95% CI]): "
+                                 + "; ".join(_paired_text(x) for x in diffs))
         parts.append("")
     return parts
