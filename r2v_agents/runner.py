@@ -59,6 +59,9 @@ from r2v_agents.workers import EnvSlots, ProcessHost, WorkerPool
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 
+RUN_FILE = "run.json"
+"""A run directory's manifest: the env setting and the RunConfig it was made with (resuming checks it)."""
+
 
 @dataclass
 class RunSummary:
@@ -223,7 +226,7 @@ def _flush(writer: ShardWriter, done: dict[int, Any], flushed: int, total: int, 
 
 def _check_manifest(cfg: RunConfig, policy_name: str, benchmark: str, max_steps: int | None) -> None:
     """Record what this run directory holds; refuse to resume it with a different env setting."""
-    path = os.path.join(cfg.out_dir, "run.json")
+    path = os.path.join(cfg.out_dir, RUN_FILE)
     setting = {"env_id": cfg.env_id, "env_kwargs": json.loads(json.dumps(cfg.env_kwargs, default=str)),
                "wrappers": list(cfg.wrappers),
                "max_steps": max_steps, "benchmark": benchmark, "policy": policy_name}

@@ -43,7 +43,7 @@ import numpy as np
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision, visible_info
 from r2v_agents.routers import Router
-from r2v_agents.runner import RunConfig, run
+from r2v_agents.runner import RUN_FILE, RunConfig, run
 from r2v_agents.shards import load_rows
 from r2v_envs.fileio import atomic_write, write_json_atomic
 
@@ -127,7 +127,7 @@ def _rollouts(rollout_dir: str | os.PathLike) -> tuple[dict[str, dict[str, Any]]
 
 def logged_setting(rollout_dir: str | os.PathLike) -> dict[str, Any]:
     """The env setting and split a runner directory was made with (its ``run.json``)."""
-    with open(Path(rollout_dir) / "run.json") as fh:
+    with open(Path(rollout_dir) / RUN_FILE) as fh:
         meta = json.load(fh)
     s = meta["setting"]
     return {"env_id": s["env_id"], "env_kwargs": s["env_kwargs"], "max_steps": s["max_steps"],
