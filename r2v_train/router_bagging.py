@@ -86,12 +86,6 @@ def fit_router(train: RouterData, valid: RouterData, cfg: RouterTrainConfig | No
     return train_bagged(train, valid, cfg, run_dir=run_dir, feature_names=feature_names)
 
 
-def _subset(data: RouterData, keep: np.ndarray) -> RouterData:
-    col = lambda a: None if a is None else np.asarray(a)[keep]
-    return RouterData(features=data.features[keep], y=data.y[keep], seed=data.seed[keep], episode=col(data.episode),
-                      task=col(data.task), feature_names=data.feature_names)
-
-
 def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, run_dir: str | os.PathLike | None = None,
                  feature_names: Sequence[str] | None = None) -> RouterTrainResult:
     """Train ``cfg.bag`` members, average them, recalibrate and threshold on ``cfg.calibrate_on`` rows."""
@@ -115,7 +109,7 @@ def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, r
         member_cfg = dataclasses.replace(cfg, bag=1, bag_folds=4, calibrate_on="valid", seed=cfg.seed * cfg.bag + m,
                                          progress=False)
         keep = ~out[rollout]
-        r = train_router(_subset(train, keep), valid, member_cfg, feature_names=names,
+        r = train_router(train.select(keep), valid, member_cfg, feature_names=names,
                          run_dir=os.path.join(os.fspath(run_dir), MEMBERS_DIR, f"m{m}") if run_dir else None)
         members.append(r.model)
         member_rows.append({"seed": member_cfg.seed, "train_rows": int(keep.sum()), "lambda": r.metrics["lambda"],

@@ -211,6 +211,12 @@ class RouterData:
     def __len__(self) -> int:
         return len(self.features)
 
+    def select(self, keep: np.ndarray) -> RouterData:
+        """The rows where boolean mask ``keep`` is True, every column alike."""
+        col = lambda a: None if a is None else np.asarray(a)[keep]  # noqa: E731
+        return RouterData(features=self.features[keep], y=self.y[keep], seed=self.seed[keep],
+                          episode=col(self.episode), task=col(self.task), feature_names=self.feature_names)
+
     def rollout_index(self) -> tuple[np.ndarray, int]:
         """Contiguous rollout ids 0..G-1 per row (grouping by seed, or by (seed, episode)), and G."""
         keys = np.asarray(self.seed)

@@ -100,9 +100,7 @@ def router_rows(rollout_dir: str | os.PathLike, cfg: RouterTrainConfig, cf_dir: 
         # steps of successful rollouts (y = 0) and the sampled steps of failed ones carry a y_cf label
         keep = np.array([data.y[i] == 0 or labels.get(k, (0, False))[1] for i, k in enumerate(keys)])
         y = np.array([labels.get(k, (0, False))[0] for k in keys], dtype=np.int8)
-    return RouterData(features=features[keep], y=y[keep], seed=data.seed[keep],
-                      episode=None if data.episode is None else data.episode[keep],
-                      task=None if data.task is None else data.task[keep], feature_names=names)
+    return dataclasses.replace(data, features=features, y=y, feature_names=names).select(keep)
 
 
 def train_variant(name: str, overrides: Mapping[str, Any], base: RouterTrainConfig, train_dir: str | os.PathLike,
