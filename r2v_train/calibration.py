@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.losses import cost_coefficients, cvar
+from r2v_train.losses import cvar, step_costs
 
 THRESHOLD_RULES = ("min_cost", "bayes", "budget", "cvar_budget")
 
@@ -155,13 +155,6 @@ def bayes_threshold(c_slm: float, c_llm: float, kappa: float) -> float:
     return float(min(1.0, max(0.0, (c_llm - c_slm) / kappa)))
 
 
-def _step_coefficients(y: np.ndarray, c_slm: float, c_llm: float, kappa: float, scale: str
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-step cost of keeping the SLM and of escalating, for labels ``y``, on ``scale`` (Eq. 8 is linear in d)."""
-    (k0, e0), (k1, e1) = cost_coefficients(c_slm, c_llm, kappa, scale)
-    return k0 + (k1 - k0) * y, e0 + (e1 - e0) * y
-
-
 def routing_objective(d: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, kappa: float,
                       rollout: np.ndarray | None = None, alpha: float = 0.2, lam: float = 0.0,
                       epsilon: float = 0.0, scale: str = "paper") -> float:
@@ -171,7 +164,7 @@ def routing_objective(d: np.ndarray, y: np.ndarray, c_slm: float, c_llm: float, 
     cost = c_slm * (1 - d) + c_llm * d + kappa * y * (1 - d)
     value = float(cost.mean())
     if lam > 0:
-        keep, esc = _step_coefficients(np.asarray(y, dtype=np.float64), c_slm, c_llm, kappa, scale)
+        keep, esc = step_costs(np.asarray(y, dtype=np.float64), c_slm, c_llm, kappa, scale)
         cost = keep * (1 - d) + esc * d  # the CVaR term reads its budget on ``scale``
         if rollout is None:
             raise ValueError("a CVaR term (lam > 0) needs the rollout id of every step")
@@ -215,7 +208,7 @@ def objective_curve(p: np.ndarray, y: np.ndarray, taus: np.ndarray, c_slm: float
     rollout = np.asarray(rollout).ravel()
     if rollout.shape != p.shape:
         raise ValueError(f"rollout must give one id per step; got {rollout.shape} for {p.shape}")
-    base, esc = _step_coefficients(y, c_slm, c_llm, kappa, scale)  # the CVaR term's costs, on ``scale``
+    base, esc = step_costs(y, c_slm, c_llm, kappa, scale)  # the CVaR term's costs, on ``scale``
     delta = esc - base
     _, rollout = np.unique(rollout, return_inverse=True)  # contiguous ids of non-empty rollouts
     groups = int(rollout.max()) + 1

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from r2v_envs.errors import UnknownChoiceError
 
@@ -101,10 +101,21 @@ def scaled_routing_cost(p: torch.Tensor, y: torch.Tensor, c_slm: float, c_llm: f
         raise ValueError(f"Eq. 8 needs c_slm < c_llm and kappa > 0; got c_slm={c_slm}, c_llm={c_llm}, kappa={kappa}")
     if scale == "paper":  # the very arithmetic of Eq. 8, so the paper's router trains bit for bit as before
         return routing_surrogate(p, y, c_slm, c_llm, kappa)
-    (k0, e0), (k1, e1) = cost_coefficients(c_slm, c_llm, kappa, scale)
-    y = y.to(p.dtype)
-    keep, esc = k0 + (k1 - k0) * y, e0 + (e1 - e0) * y
+    keep, esc = step_costs(y.to(p.dtype), c_slm, c_llm, kappa, scale)
     return keep * (1 - p) + esc * p
+
+
+def step_costs(y: Any, c_slm: float, c_llm: float, kappa: float, scale: str = "paper") -> tuple[Any, Any]:
+    """Per-step cost of keeping the SLM and of escalating for labels ``y`` (a float array or tensor) on ``scale``:
+    Eq. 8 is linear in y as in p, so ell(d, y) = keep (1 - d) + escalate d with these two.
+
+    Example:
+        >>> import numpy as np
+        >>> step_costs(np.array([0.0, 1.0]), 0.02, 1.0, 1.96, "miss")
+        (array([0., 1.]), array([0., 0.]))
+    """
+    (k0, e0), (k1, e1) = cost_coefficients(c_slm, c_llm, kappa, scale)
+    return k0 + (k1 - k0) * y, e0 + (e1 - e0) * y
 
 
 def brier(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
