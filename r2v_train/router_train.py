@@ -109,7 +109,8 @@ class RouterTrainConfig:
     cost_scale: str = field(default="paper", metadata={
         "help": "scale of ell_route on which alpha and epsilon are read: paper (Eq. 8 in teacher calls) | max "
                 "(/ its largest step value) | regret (excess over the step's best decision, = |p - y| at the "
-                "default kappa; Table 5's epsilon grid binds); see r2v_train.losses.COST_SCALES"})
+                "default kappa) | miss (its failure side: failing steps left to the SLM; Table 5's epsilon grid "
+                "binds monotonically); see r2v_train.losses.COST_SCALES"})
     hidden: tuple[int, ...] = field(default=(128, 64), metadata={"help": "MLP hidden widths"})
     dropout: float = field(default=0.2, metadata={"help": "dropout after each hidden layer"})
     recalibration: str = field(default="platt", metadata={
