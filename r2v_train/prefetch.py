@@ -10,8 +10,10 @@ generates the missing ones:
 * the train games first, in ``workers`` parallel game servers with a bar, because the teacher stage plays them
   at once;
 * the valid and test games in one background game server at nice 19 while the teacher, replay, BC, preference
-  and DPO stages run (BC and DPO train on one torch thread in the default config, so a core is often idle; at
-  nice 19 the generator takes that core and next to nothing from a busy one);
+  and DPO stages run: at nice 19 it takes the CPU those stages leave idle and little from a busy core (on the
+  default's fresh run, with BC and DPO on two torch threads, the chain ran 107 s slower beside the 79 background
+  games than on a warm cache; at the train games' rate, 185 in 135 s on 2 servers, they would take about 58 s up
+  front, so with two threads the overlap no longer pays: measured on one run, not yet changed);
 * before a stage that plays them (``router_data``: valid, the evaluation: test) :meth:`GamePrefetch.wait` puts
   ``workers`` servers at normal priority on what is left and shows a bar.
 
@@ -44,8 +46,8 @@ from r2v_train.narrate import say
 # which games a stage plays (the evaluation and the ablations play the evaluation split: "test")
 STAGE_NEEDS = {"teacher": ("train",), "replay": ("train",), "router_data": ("train", "valid"), "evaluate": ("test",)}
 GROUPS = ("train", "valid", "test")
-# The background generator runs at the lowest CPU priority: it then takes the core that BC and DPO (one torch
-# thread) leave idle, and next to nothing from them when the machine is busier than that.
+# The background generator runs at the lowest CPU priority: it then takes the CPU the chain's stages leave idle,
+# and little from them when they keep the cores busy.
 BACKGROUND_NICE = 19
 Item = tuple[GameSpec, "Path | None"]
 
