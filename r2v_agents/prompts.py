@@ -114,7 +114,8 @@ def action_style(env_id: str) -> str:
     return "block" if env_id in BLOCK_ENVS else "line"
 
 
-def _check_style(style: str) -> None:
+def check_style(style: str) -> None:
+    """Raise :class:`UnknownChoiceError` unless ``style`` is one of :data:`ACTION_STYLES`."""
     if style not in ACTION_STYLES:
         raise UnknownChoiceError("action style", style, ACTION_STYLES)
 
@@ -131,7 +132,7 @@ def uses_chat(tokenizer: Any) -> bool:
 
 def system_prompt(style: str = "line") -> str:
     """The system turn of a chat model for actions of ``style``."""
-    _check_style(style)
+    check_style(style)
     return SYSTEM_PROMPT_BLOCK if style == "block" else SYSTEM_PROMPT
 
 
@@ -139,7 +140,7 @@ def render_prompt(prompt: str, tokenizer: Any = None, style: str = "line") -> st
     """``prompt`` (from :func:`build_prompt`) as the model reads it: the plain text, or with a chat tokenizer the
     system and user turns plus the opened assistant turn, as text (it already holds the special tokens, so
     encode it with ``add_special_tokens=False``)."""
-    _check_style(style)
+    check_style(style)
     if not uses_chat(tokenizer):
         return prompt
     messages = [{"role": "system", "content": system_prompt(style)}, {"role": "user", "content": prompt}]
@@ -150,7 +151,7 @@ def format_completion(action: str, tokenizer: Any = None, style: str = "line") -
     """The training completion for ``action``: one line (``style="block"``: its lines, trailing spaces and outer
     blank lines dropped), with one leading space after a plain prompt (a token boundary) and none in a chat's
     assistant turn (which the template opens on a new line)."""
-    _check_style(style)
+    check_style(style)
     if style == "block":
         text = "\n".join(line.rstrip() for line in action.strip().splitlines())
     else:
@@ -161,7 +162,7 @@ def format_completion(action: str, tokenizer: Any = None, style: str = "line") -
 def parse_completion(text: str, style: str = "line") -> str:
     """The action in a generated completion: its first non-empty line, whitespace-normalised; with
     ``style="block"`` the whole completion up to the end of its first closed code fence, outer space stripped."""
-    _check_style(style)
+    check_style(style)
     if style == "block":
         text = text.strip()
         start = text.find(FENCE)

@@ -27,8 +27,7 @@ from typing import Any
 from r2v_agents.backbones import load_backbone
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
-from r2v_agents.prompts import ACTION_STYLES, SYSTEM_PROMPT, build_prompt, parse_completion, render_prompt
-from r2v_envs.errors import UnknownChoiceError
+from r2v_agents.prompts import SYSTEM_PROMPT, build_prompt, check_style, parse_completion, render_prompt
 
 
 def fallback_action(ctx: Context) -> str:
@@ -225,8 +224,7 @@ class HFTeacher(BatchPolicy):
                  max_prompt_tokens: int = 1024, style: str = "line"):
         if max_new_tokens < 1 or batch_size < 1 or max_prompt_tokens < 1:
             raise ValueError("max_new_tokens, batch_size and max_prompt_tokens must be >= 1")
-        if style not in ACTION_STYLES:
-            raise UnknownChoiceError("action style", style, ACTION_STYLES)
+        check_style(style)
         self.style = style  # "block": multi-line actions (r2v_agents.prompts.action_style)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.max_new_tokens, self.batch_size, self.max_prompt_tokens = max_new_tokens, batch_size, max_prompt_tokens

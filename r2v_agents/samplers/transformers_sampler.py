@@ -26,9 +26,8 @@ from typing import Any
 
 from r2v_agents.backbones import load_backbone
 from r2v_agents.policy import Candidate
-from r2v_agents.prompts import ACTION_STYLES, fence_closed, parse_completion, render_prompt
+from r2v_agents.prompts import check_style, fence_closed, parse_completion, render_prompt
 from r2v_agents.samplers import ChunkedSampler, stream_seed
-from r2v_envs.errors import UnknownChoiceError
 
 
 class TransformersSampler(ChunkedSampler):
@@ -42,8 +41,7 @@ class TransformersSampler(ChunkedSampler):
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
                  top_p: float = 1.0, max_prompt_tokens: int = 1024, batch_size: int = 8, device: str | None = None,
                  seed: int | None = None, style: str = "line"):
-        if style not in ACTION_STYLES:
-            raise UnknownChoiceError("action style", style, ACTION_STYLES)
+        check_style(style)
         self.style = style
         if temperature <= 0:
             raise ValueError("temperature must be > 0 (K samples need sampling); use k=1 for greedy decoding")
