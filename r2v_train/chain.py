@@ -59,7 +59,7 @@ from r2v_train.narrate import describe_stage, duration, eta_text, say
 from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
 from r2v_train.router_bagging import fit_router
-from r2v_train.router_train import PAPER_DEFAULTS, RouterData, RouterTrainConfig
+from r2v_train.router_train import RouterData, RouterTrainConfig
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -153,11 +153,8 @@ def stage_key(config: ChainConfig, stage: str, upstream_ids: Sequence[str]) -> s
     parts = {"stage": stage, "config": jsonable(asdict(getattr(config, stage))), "upstream": list(upstream_ids)}
     if stage in _ENV_STAGES:
         parts["env"] = jsonable(asdict(config.env))
-    if stage == "router":
-        parts["config"].pop("progress", None)
-        for k, default in PAPER_DEFAULTS.items():  # the paper's router keeps the key it had before these fields
-            if parts["config"].get(k) == default:
-                parts["config"].pop(k)
+    if stage == "router":  # the router's identity: no progress flag, and the paper's router keeps its old key
+        parts["config"] = jsonable(config.router.identity())
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
