@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -243,8 +244,6 @@ def _paired_text(x: Mapping[str, Any]) -> str:
 
 def study_tables(run_dir: str | os.PathLike) -> list[str]:
     """Markdown sections for ``report.md`` from ``eval/variants.json`` and ``eval/repeats.json`` (if present)."""
-    import json
-
     ev = Path(run_dir) / "eval"
     parts: list[str] = []
     if (ev / VARIANTS_FILE).exists():
