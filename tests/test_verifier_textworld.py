@@ -66,10 +66,29 @@ def test_alfworld_is_a_configuration():
                [("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a egg 1.")])
     assert v.split_action("take egg 1 from countertop 1") == ("take", ["egg", "from", "countertop"])
     assert v.observation_quality(ctx) == 1.0
-    assert v.goal_alignment(ctx, "heat egg 1 with microwave 1") == pytest.approx(0.5)
+    assert v.goal_alignment(ctx, "heat egg 1 with microwave 1") == pytest.approx(1.0)  # the tool is not counted
+    assert V.goal_alignment(ctx, "heat egg 1 with microwave 1") == pytest.approx(0.5)  # TextWorld counts it
     assert v.score(ctx, "take egg 1 from countertop 1") > v.score(ctx, "go to countertop 1")  # repeat
     assert v.observation_quality(play("g", [("open fridge 1", "Nothing happens.")])) == 0.0
     assert type(v).__mro__[1] is type(V).__mro__[1]  # one implementation, two vocabularies
+
+
+def test_alfworld_prefers_the_goal_object_and_its_move_command():
+    # ALFWorld's put is "move X to Y"; objects the goal does not name are off task.
+    v = ALFWorldVerifier()
+    goal = "Your task is to: put some remotecontrol on sofa."
+    seen = play(goal, [("go to sidetable 1", "You arrive at sidetable 1. On the sidetable 1, you see a statue 1, "
+                                             "and a remotecontrol 1.")])
+    take_goal, take_other = "take remotecontrol 1 from sidetable 1", "take statue 1 from sidetable 1"
+    assert v.score(seen, take_goal) > v.score(seen, "go to sofa 1") > v.score(seen, take_other)
+    assert v.action_prior(seen, take_other) == pytest.approx(0.85 * 0.25)
+    held = play(goal, [("take remotecontrol 1 from sidetable 1", "You pick up the remotecontrol 1 from the "
+                                                                 "sidetable 1."),
+                       ("go to sofa 1", "You arrive at sofa 1. On the sofa 1, you see a pillow 1.")])
+    # the winning command outscores walking away and taking something else
+    assert v.score(held, "move remotecontrol 1 to sofa 1") > max(
+        v.score(held, a) for a in ("go to sidetable 1", "take pillow 1 from sofa 1", "look", "inventory"))
+    assert TextWorldVerifier().action_prior(seen, take_other) == pytest.approx(0.85)  # TextWorld: no goal check
 
 
 def test_config_validation():

@@ -9,9 +9,12 @@ one :class:`TextGameVerifier`.
 * Observation quality: the most recent observation shows progress (``you take``, ``you put``, ...) -> 1,
   a failure string (``that's not a verb``, ``you can't``, ...) -> 0, neither -> 0.5.
 * Action-type prior: the score of the action's verb (longest matching verb phrase); actions outside a known
-  admissible list are scaled by ``inadmissible_factor`` (the list is agent-visible, so no leakage).
+  admissible list are scaled by ``inadmissible_factor`` (the list is agent-visible, so no leakage), and an
+  object verb (``object_verbs``) whose object is not a key word of the goal by ``off_goal_factor``.
 * Goal alignment: share of the action's argument words that are key words of the goal (stopwords and
-  digits dropped); an action without arguments gets ``no_argument_alignment``.
+  digits dropped); an action without arguments gets ``no_argument_alignment``. For an object verb the
+  ``from``/``with`` clause (where the object lies, the tool used on it) is not counted: the goal names the
+  object and its destination, not its source.
 * Non-repetition: 1 - 0.5 x (times the action occurs in the last ``repeat_window`` actions); 0 when it
   repeats an action whose result was a failure.
 * Non-oscillation: 0 for A-B-A patterns, ``reverse_move_score`` for undoing the last move, else 1.
@@ -41,6 +44,7 @@ STOPWORDS = frozenset(
     "some any find first next after before finally make sure be can will should up out off back try get "
     "let's lets need needs want wants here".split())
 _WORD = re.compile(r"[a-z]+")
+SOURCE_WORDS = frozenset({"from", "with"})  # an object verb's source or tool clause starts here
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ class GameVerifierConfig:
     reverse_move_score: float = 0.3
     weights: Mapping[str, float] = field(default_factory=lambda: dict(WEIGHTS))
     reward_blend: float = 0.5
+    object_verbs: frozenset[str] = frozenset()
+    """Verbs whose first argument is the object acted on (ALFWorld: take, move, heat, ...); see the module doc."""
+    off_goal_factor: float = 1.0
+    """Prior scale of an object verb whose object the goal does not name (1: no check)."""
 
     def __post_init__(self):
         if abs(sum(self.weights.values()) - 1.0) > 1e-9 or set(self.weights) != set(WEIGHTS):
@@ -128,10 +136,15 @@ class TextGameVerifier(Verifier):
         norm = " ".join(action.lower().split())
         if ctx.admissible_actions and norm not in {" ".join(a.lower().split()) for a in ctx.admissible_actions}:
             prior *= self.config.inadmissible_factor
+        args = [w for w in self.split_action(action)[1] if w not in STOPWORDS]
+        if verb in self.config.object_verbs and args and args[0] not in goal_keywords(ctx.goal):
+            prior *= self.config.off_goal_factor
         return prior
 
     def goal_alignment(self, ctx: Context, action: str) -> float:
-        _, args = self.split_action(action)
+        verb, args = self.split_action(action)
+        if verb in self.config.object_verbs:
+            args = args[:next((i for i, w in enumerate(args) if w in SOURCE_WORDS), len(args))]
         args = [w for w in args if w not in STOPWORDS]
         if not args:
             return self.config.no_argument_alignment
