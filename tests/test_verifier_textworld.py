@@ -88,6 +88,7 @@ def test_alfworld_prefers_the_goal_object_and_its_move_command():
     # the winning command outscores walking away and taking something else
     assert v.score(held, "move remotecontrol 1 to sofa 1") > max(
         v.score(held, a) for a in ("go to sidetable 1", "take pillow 1 from sofa 1", "look", "inventory"))
+    assert v.action_prior(held, "move remotecontrol 1 to sidetable 1") == pytest.approx(0.85 * 0.25)  # not the goal's
     assert TextWorldVerifier().action_prior(seen, take_other) == pytest.approx(0.85)  # TextWorld: no goal check
 
 

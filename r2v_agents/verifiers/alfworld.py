@@ -5,8 +5,8 @@ open X, close X, clean X with Y, heat X with Y, cool X with Y, use X, examine X,
 answers a useless command with "Nothing happens." and a move with "You arrive at ...".
 
 Every ALFWorld task names the object class it acts on ("put a clean lettuce in diningtable", "look at cd under
-the desklamp"), so taking, moving or transforming an object the goal does not name is off task: the object
-verbs' prior is scaled by ``off_goal_factor`` then. Without it the verb prior prefers "take statue 1" (any
+the desklamp"), so taking, moving or transforming an object the goal does not name, or moving it anywhere but
+the goal's receptacle, is off task: the object verbs' prior is scaled by ``off_goal_factor`` then. Without it the verb prior prefers "take statue 1" (any
 object in sight) to every move, and a small SLM's K candidates steer it into carrying the wrong object.
 
 Example:

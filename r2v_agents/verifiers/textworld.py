@@ -10,7 +10,7 @@ one :class:`TextGameVerifier`.
   a failure string (``that's not a verb``, ``you can't``, ...) -> 0, neither -> 0.5.
 * Action-type prior: the score of the action's verb (longest matching verb phrase); actions outside a known
   admissible list are scaled by ``inadmissible_factor`` (the list is agent-visible, so no leakage), and an
-  object verb (``object_verbs``) whose object is not a key word of the goal by ``off_goal_factor``.
+  object verb (``object_verbs``) whose object or destination the goal does not name by ``off_goal_factor``.
 * Goal alignment: share of the action's argument words that are key words of the goal (stopwords and
   digits dropped); an action without arguments gets ``no_argument_alignment``. For an object verb the
   ``from``/``with`` clause (where the object lies, the tool used on it) is not counted: the goal names the
@@ -69,7 +69,8 @@ class GameVerifierConfig:
     object_verbs: frozenset[str] = frozenset()
     """Verbs whose first argument is the object acted on (ALFWorld: take, move, heat, ...); see the module doc."""
     off_goal_factor: float = 1.0
-    """Prior scale of an object verb whose object the goal does not name (1: no check)."""
+    """Prior scale of an object verb whose goal alignment is below 1: the goal does not name its object or its
+    destination (1: no check)."""
 
     def __post_init__(self):
         if abs(sum(self.weights.values()) - 1.0) > 1e-9 or set(self.weights) != set(WEIGHTS):
@@ -136,8 +137,7 @@ class TextGameVerifier(Verifier):
         norm = " ".join(action.lower().split())
         if ctx.admissible_actions and norm not in {" ".join(a.lower().split()) for a in ctx.admissible_actions}:
             prior *= self.config.inadmissible_factor
-        args = [w for w in self.split_action(action)[1] if w not in STOPWORDS]
-        if verb in self.config.object_verbs and args and args[0] not in goal_keywords(ctx.goal):
+        if verb in self.config.object_verbs and self.goal_alignment(ctx, action) < 1.0:
             prior *= self.config.off_goal_factor
         return prior
 
