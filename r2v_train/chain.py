@@ -150,11 +150,13 @@ def _success(run_dir: str) -> float:
 
 def stage_key(config: ChainConfig, stage: str, upstream_ids: Sequence[str]) -> str:
     """Hash of what a stage's outputs depend on: its config, the env (for env stages), upstream run ids."""
-    parts = {"stage": stage, "config": jsonable(asdict(getattr(config, stage))), "upstream": list(upstream_ids)}
+    cfg = getattr(config, stage)
+    # a config with an identity() (the router, BC) leaves out what does not change its outputs and the fields
+    # added later at their old behaviour, so finished runs keep their keys
+    identity = cfg.identity() if hasattr(cfg, "identity") else asdict(cfg)
+    parts = {"stage": stage, "config": jsonable(identity), "upstream": list(upstream_ids)}
     if stage in _ENV_STAGES:
         parts["env"] = jsonable(asdict(config.env))
-    if stage == "router":  # the router's identity: no progress flag, and the paper's router keeps its old key
-        parts["config"] = jsonable(config.router.identity())
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 

@@ -28,6 +28,7 @@ from r2v_agents.prompts import action_style, build_prompt, format_completion, re
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
 from r2v_envs.errors import EmptyDatasetError
+from r2v_train.augment import rename_goal_objects
 from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
 
 INIT_DIR = "init"
@@ -69,6 +70,17 @@ class BCStageConfig:
     """checkpoint interval (resume points)"""
     seed: int = 0
     """training and tiny-model seed"""
+    rename_copies: int = 0
+    """copies of each BC row with the goal's object class renamed (:mod:`r2v_train.augment`; ALFWorld goals,
+    inert elsewhere): a small SLM then copies the goal's object instead of writing the most frequent class"""
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that change the trained model (the chain's stage key); ``rename_copies`` only when set, so
+        runs trained before it existed keep their keys."""
+        d = asdict(self)
+        if not d["rename_copies"]:
+            d.pop("rename_copies")
+        return d
 
 
 @dataclass
@@ -130,13 +142,14 @@ def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str
     rows = bc_rows(traj, style=style)
     if not rows:
         raise ValueError(f"D_traj in {list(map(str, traj))} has no successful episode: nothing to clone")
+    rows = rename_goal_objects(rows, cfg.rename_copies, cfg.seed)
     final = os.path.join(out_dir, MODEL_DIR)
     if os.path.exists(os.path.join(final, DONE_FILE)):
         model = tok = None  # train_bc returns the finished model without touching these
     else:
         model, tok = _initial_model(cfg, rows, out_dir)
         if uses_chat(tok):  # an instruct model: train on the chat turns it will be sampled with
-            rows = bc_rows(traj, tok, style)
+            rows = rename_goal_objects(bc_rows(traj, tok, style), cfg.rename_copies, cfg.seed)
         model.train()
     bc = BCConfig(output_dir=out_dir, epochs=cfg.epochs, max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
                   per_device_train_batch_size=cfg.batch_size, max_length=cfg.max_length, lora_r=cfg.lora_r,
