@@ -6,8 +6,9 @@ answers a useless command with "Nothing happens." and a move with "You arrive at
 
 Every ALFWorld task names the object class it acts on ("put a clean lettuce in diningtable", "look at cd under
 the desklamp"), so taking, moving or transforming an object the goal does not name, or moving it anywhere but
-the goal's receptacle, is off task: the object verbs' prior is scaled by ``off_goal_factor`` then. Without it the verb prior prefers "take statue 1" (any
-object in sight) to every move, and a small SLM's K candidates steer it into carrying the wrong object.
+the goal's receptacle, is off task: the object verbs' prior is scaled by ``off_goal_factor`` then. Without it
+the verb prior prefers "take statue 1" (any object in sight) to every move, and a small SLM's K candidates
+steer it into carrying the wrong object.
 
 Example:
     >>> from r2v_agents.context import Context
@@ -24,8 +25,8 @@ from __future__ import annotations
 from r2v_agents.verifiers.textworld import GameVerifierConfig, TextGameVerifier
 
 ALFWORLD = GameVerifierConfig(
-    verb_priors={"take": 0.85, "move": 0.85, "put": 0.85, "clean": 0.9, "heat": 0.9, "cool": 0.9, "use": 0.8, "open": 0.6,
-                 "go to": 0.55, "close": 0.3, "examine": 0.35, "look": 0.2, "inventory": 0.2},
+    verb_priors={"take": 0.85, "move": 0.85, "put": 0.85, "clean": 0.9, "heat": 0.9, "cool": 0.9, "use": 0.8,
+                 "open": 0.6, "go to": 0.55, "close": 0.3, "examine": 0.35, "look": 0.2, "inventory": 0.2},
     progress_patterns=("you pick up", "you take", "you put", "you move", "you arrive at", "you open", "you clean",
                        "you heat", "you cool", "you turn on", "you won"),
     failure_patterns=("nothing happens", "that action did not help", "you can't", "i don't understand",
