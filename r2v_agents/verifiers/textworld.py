@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,7 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+@functools.lru_cache(maxsize=1024)  # a goal is scored for every candidate of every step (twice for object verbs)
 def goal_keywords(goal: str) -> frozenset[str]:
     """The goal's key words: lower-case alphabetic tokens minus stopwords and verbs of the instruction."""
     return frozenset(w for w in words(goal) if w not in STOPWORDS and len(w) > 1)
