@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from r2v_agents.routed import RoutedPolicy
-from r2v_agents.routers import MLPRouter
+from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, Router
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.stats import episode_outcomes, paired_bootstrap
@@ -43,11 +43,13 @@ from r2v_train.chain import STAGES, run_chain, stage_paths
 from r2v_train.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
 from r2v_train.evaluate import Agents, EvalConfig, evaluate, load_results, run_method, run_metrics
 from r2v_train.narrate import say
-from r2v_train.router_variants import resolve_variants, train_variant, variant_config
+from r2v_train.router_train import RouterData
+from r2v_train.router_variants import resolve_variants, router_rows, train_variant, variant_config
 
 VARIANTS_FILE, REPEATS_FILE = "variants.json", "repeats.json"
 ROUTER_DATA_METHODS = ("entropy", "heuristic", "r2v")
 """Methods whose cells depend on the router data (thresholds fitted on its validation rows, or the router)."""
+BASELINES = ("heuristic", "entropy")
 
 
 @dataclass
@@ -82,12 +84,18 @@ class StudyConfig:
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     counterfactual: CounterfactualStudyConfig = field(default_factory=CounterfactualStudyConfig)
     repeats: RepeatConfig = field(default_factory=RepeatConfig)
+    matched_baselines: bool = True
+    """also run the heuristic and entropy routers with thresholds fitted on the validation rows to each setting's
+    failure recall (cells ``heuristic@<tau>``, ``entropy@<tau>``), and pair the setting with them: a comparison at
+    matched reliability, which Table 1's baselines give only for the chain's router (the heuristic is fitted to
+    its recall; entropy maximises Youden's J)"""
 
     @classmethod
     def from_yaml(cls, data: Mapping[str, Any]) -> StudyConfig:
         out = cls(variants=resolve_variants(data.get("router_variants")),
                   counterfactual=CounterfactualStudyConfig(**(data.get("counterfactual") or {})),
-                  repeats=RepeatConfig(**(data.get("repeats") or {})))
+                  repeats=RepeatConfig(**(data.get("repeats") or {})),
+                  matched_baselines=bool(data.get("matched_baselines", True)))
         missing = [v for v in out.repeats.variants if v not in out.variants]
         if missing:
             raise UnknownChoiceError("repeated router setting (list it in router_variants)", missing[0],
@@ -132,16 +140,65 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
         rows["cf_oracle"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
                              "rescued_rollouts": len(router.rescue), "paired": _paired(out, d, runs, ev)}
     for name, overrides in study.variants.items():
-        rows[f"r2v@{name}"] = _variant_row(chain, agents, ev, name, overrides, run_dir, out, cf_dirs)
+        rows[f"r2v@{name}"] = _variant_row(chain, agents, ev, name, overrides, run_dir, out, cf_dirs,
+                                           study.matched_baselines)
     summary = {"condition": cond, "rows": rows, "counterfactual": cf_summary}
     write_json_atomic(out / VARIANTS_FILE, summary)
     return summary
 
 
+def matched_baselines(router: Router, valid: RouterData, baseline_valid: RouterData) -> tuple[float, dict[str, Router]]:
+    """``router``'s failure recall on its validation rows (``valid``: its features, Eq. 7 labels) and the heuristic
+    and entropy routers with the highest thresholds that reach that recall on the same rollouts (``baseline_valid``:
+    Eq. 6's 15 features, which the baselines read), so that every router escalates the same share of failing steps.
+
+    Example:
+        >>> from r2v_agents.features import N_FEATURES
+        >>> rng = np.random.default_rng(0)
+        >>> f = rng.random((40, N_FEATURES)); y = (rng.random(40) < 0.5).astype(np.int8)
+        >>> data = RouterData(features=f, y=y, seed=np.arange(40) // 4)
+        >>> r = HeuristicRouter(0.6)
+        >>> recall, base = matched_baselines(r, data, data)
+        >>> hit = lambda router: router.escalate(data.features)[y == 1]  # noqa: E731
+        >>> recall == float(np.mean(hit(r))), bool((hit(base["heuristic"]) == hit(r)).all())
+        (True, True)
+        >>> float(np.mean(hit(base["entropy"]))) >= recall
+        True
+    """
+    y = valid.y.astype(bool)
+    recall = float(np.mean(router.escalate(valid.features)[y])) if y.any() else float("nan")
+    out: dict[str, Router] = {"heuristic": HeuristicRouter(), "entropy": EntropyRouter()}
+    if y.any():
+        for r in out.values():
+            r.calibrate(baseline_valid.features, baseline_valid.y, recall=recall)
+    return recall, out
+
+
+def _matched_rows(router: Router, cfg: Any, valid_dir: str, a: Agents, ev: EvalConfig, d: Path, out: Path
+                  ) -> dict[str, Any]:
+    """Run the baselines matched to ``router``'s validation recall and pair the setting's run ``d`` with them."""
+    base = RouterData.from_run(valid_dir)
+    own = router_rows(valid_dir, dataclasses.replace(cfg, labels="episode")) if cfg.features != "full" else base
+    recall, routers = matched_baselines(router, own, base)
+    cond, spec = next(iter(ev.conditions().items()))
+    rows: dict[str, Any] = {"recall": recall}
+    for m, r in routers.items():
+        cell = f"{m}@{r.threshold:.8g}"  # the same router as a sweep point at that threshold: one cell
+        dm = out / "runs" / cond / cell
+        run_method(RoutedPolicy(a.slm(), a.teacher(), r, budget_per_episode=ev.budget_per_episode), cell, ev, spec,
+                   dm)
+        rows[m] = {**run_metrics(dm, ev.bootstrap, ev.bootstrap_seed), "threshold": r.threshold,
+                   "run": os.path.relpath(dm, out),
+                   "paired": paired_bootstrap(episode_outcomes(d), episode_outcomes(dm), ev.bootstrap,
+                                              ev.bootstrap_seed)}
+    return rows
+
+
 def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, overrides: Mapping[str, Any], run_dir: Path,
-                 out: Path, cf_dirs: Mapping[str, str] | None = None) -> dict[str, Any]:
+                 out: Path, cf_dirs: Mapping[str, str] | None = None, matched: bool = False) -> dict[str, Any]:
     """Train router setting ``name`` on ``run_dir``'s router data and evaluate it routed on the main condition
-    (``out/runs/<cond>/r2v@<name>``, resumable); its metrics, training figures and paired differences."""
+    (``out/runs/<cond>/r2v@<name>``, resumable); its metrics, training figures and paired differences (with
+    ``matched``, also against the baselines matched to its validation recall: :func:`matched_baselines`)."""
     p = stage_paths(run_dir)
     cond, spec = next(iter(ev.conditions().items()))
     runs = load_results(out)["runs"][cond]
@@ -154,10 +211,15 @@ def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, override
     run_method(RoutedPolicy(a.slm(), a.teacher(), router, budget_per_episode=ev.budget_per_episode), f"r2v@{name}",
                ev, spec, d)
     v = metrics["valid"]
-    return {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
-            "overrides": dict(overrides), "threshold": metrics["threshold"], "lambda": metrics["lambda"],
-            "valid_ece": v["ece"], "valid_brier": v["brier"], "valid_escalation": v["escalation_rate"],
-            "valid_rows": v["n"], "paired": _paired(out, d, runs, ev)}
+    row = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
+           "overrides": dict(overrides), "threshold": metrics["threshold"], "lambda": metrics["lambda"],
+           "valid_ece": v["ece"], "valid_brier": v["brier"], "valid_escalation": v["escalation_rate"],
+           "valid_rows": v["n"], "paired": _paired(out, d, runs, ev)}
+    if matched:
+        say(f"router setting {name}: heuristic and entropy routers at its validation failure recall")
+        row["matched"] = _matched_rows(router, variant_config(chain.router, overrides), p["router_data_valid"], a,
+                                       ev, d, out)
+    return row
 
 
 def spread(cells: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[str, Any]:
@@ -195,10 +257,16 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
 
     def variants(c: Any, rep: Path) -> None:  # the repeated settings, on this repeat's router data
         for name in study.repeats.variants:
-            row = _variant_row(c, agents_for(c, rep), ev_main, name, study.variants[name], rep, rep / "eval")
+            row = _variant_row(c, agents_for(c, rep), ev_main, name, study.variants[name], rep, rep / "eval",
+                               matched=study.matched_baselines)
             cells.setdefault(f"r2v@{name}", []).append(row)
+            diffs = {**row["paired"], **{f"{m}@matched": x["paired"] for m, x in row.get("matched", {}).items()
+                                         if m in BASELINES}}
             paired.setdefault(f"r2v@{name}", []).append(
-                {m: {k: x[k] for k in ("sr_diff", "llm_pct_diff", "llm_pct_diff_ci")} for m, x in row["paired"].items()})
+                {m: {k: x[k] for k in ("sr_diff", "llm_pct_diff", "llm_pct_diff_ci")} for m, x in diffs.items()})
+            for m in BASELINES:
+                if m in row.get("matched", {}):
+                    cells.setdefault(f"{m}@matched:{name}", []).append(row["matched"][m])
 
     variants(chain, run_dir)
     for i in range(1, study.repeats.n):
@@ -259,6 +327,17 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
             ece = f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"
             parts.append(f"| {name} | {r['sr']:.1f} | {r['llm_pct']:.1f} | [{r['llm_pct_ci'][0]:.1f}, "
                          f"{r['llm_pct_ci'][1]:.1f}] | {d('heuristic')} | {d('entropy')} | {ece} |")
+        matched = {name: r["matched"] for name, r in v["rows"].items() if "matched" in r}
+        if matched:
+            parts += ["", "At matched reliability: the baselines' thresholds fitted on the validation rows to each "
+                      "setting's failure recall; paired differences are the setting minus that baseline.", "",
+                      "| setting | valid recall | heuristic: SR, LLM% | minus heuristic: SR, LLM% [CI] "
+                      "| entropy: SR, LLM% | minus entropy: SR, LLM% [CI] |", "|---|---:|---|---|---|---|"]
+            for name, mr in matched.items():
+                h, e = mr["heuristic"], mr["entropy"]
+                parts.append(f"| {name} | {mr['recall']:.3f} | {h['sr']:.1f}, {h['llm_pct']:.1f} | "
+                             f"{_paired_text(h['paired'])} | {e['sr']:.1f}, {e['llm_pct']:.1f} | "
+                             f"{_paired_text(e['paired'])} |")
         for part, s in v.get("counterfactual", {}).items():
             parts.append(f"\nCounterfactual labels, {part}: {s['episodes_run']} teacher-at-t episodes for "
                          f"{s['failed_rollouts']} failed of {s['rollouts']} rollouts (budget {s['steps_per_rollout']} "
@@ -275,7 +354,7 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
             parts.append(f"| {m} | {a['mean']:.1f} | {a['std']:.1f} | {a['min']:.1f}-{a['max']:.1f} | "
                          f"{b['mean']:.1f} | {b['std']:.1f} | {b['min']:.1f}-{b['max']:.1f} |")
         for m, reps in r.get("paired", {}).items():
-            for base in ("heuristic", "entropy"):
+            for base in (*BASELINES, *(f"{b}@matched" for b in BASELINES)):
                 diffs = [x[base] for x in reps if base in x]
                 if diffs:
                     parts.append(f"\n{m} minus {base}, paired, per repeat (SR, LLM% [95% CI]): "

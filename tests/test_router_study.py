@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -187,3 +188,45 @@ def test_settings_resolve_from_yaml():
         resolve_variants([{"bad": {"epsilonn": 0.1}}])
     with pytest.raises(ValueError):
         load_config({"repeats": {"n": 0}})
+
+
+def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, trained_run_template):
+    """The router study's matched comparison: the heuristic and entropy routers get the thresholds that reach the
+    setting's validation failure recall, run routed on the same episodes, and the paired differences are the
+    setting's episodes minus theirs."""
+    from types import SimpleNamespace
+
+    from r2v_agents.routers import EntropyRouter, HeuristicRouter
+    from r2v_eval.stats import episode_outcomes
+    from r2v_train.evaluate import evaluate
+    from r2v_train.router_study import _variant_row, study_tables
+    from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
+
+    router_path, _, valid_dir, cfg = copy_trained_run(trained_run_template, tmp_path)
+    ev = eval_config(per_type=(), methods=("slm", "entropy", "heuristic", "r2v"))
+    evaluate(make_agents(tmp_path, router_path, valid_dir), ev, tmp_path / "eval")
+    # a setting that escalates more than the chain's router: its matched baselines move with it
+    row = _variant_row(SimpleNamespace(router=cfg), make_agents(tmp_path, None, valid_dir), ev, "eager",
+                       {"kappa": 8.0}, tmp_path, tmp_path / "eval", matched=True)
+    valid = RouterData.from_run(valid_dir)
+    fails = valid.y.astype(bool)
+    mine = MLPRouter.load(tmp_path / "router_variants" / "eager" / "router" / "router.pt")
+    recall = float(np.mean(mine.escalate(valid.features)[fails]))
+    assert row["matched"]["recall"] == pytest.approx(recall) and 0 < recall
+    ours = episode_outcomes(tmp_path / "eval" / row["run"])
+    for name in ("heuristic", "entropy"):
+        m = row["matched"][name]
+        run_dir = tmp_path / "eval" / m["run"]
+        assert run_dir.name == f"{name}@{m['threshold']:.8g}" and m["episodes"] == len(ours) == 12
+        base = {"heuristic": HeuristicRouter, "entropy": EntropyRouter}[name](m["threshold"])
+        hit = base.escalate(valid.features)[fails]
+        assert np.mean(hit) >= recall - 1e-9  # reaches the setting's recall ...
+        above = base.predict(valid.features)[fails] > m["threshold"]
+        assert np.mean(above) < recall  # ... with the highest such threshold
+        theirs = episode_outcomes(run_dir)
+        sr = 100 * (np.mean([ours[e][0] for e in ours]) - np.mean([theirs[e][0] for e in ours]))
+        assert m["paired"]["sr_diff"] == pytest.approx(sr)
+    (tmp_path / "eval" / "variants.json").write_text(json.dumps({"condition": "composite", "counterfactual": {},
+                                                                 "rows": {"r2v@eager": row}}))
+    text = "\n".join(study_tables(tmp_path))
+    assert "At matched reliability" in text and f"| r2v@eager | {recall:.3f} |" in text
