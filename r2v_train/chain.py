@@ -60,6 +60,7 @@ from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
 from r2v_train.router_bagging import fit_router
 from r2v_train.router_train import RouterData, RouterTrainConfig
+from r2v_train.runtime import CPU_KERNELS, pin_cpu_kernels
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -84,8 +85,16 @@ class ChainConfig:
     router: RouterTrainConfig = field(default_factory=lambda: RouterTrainConfig(progress=False))
     threads: int = 2
     """torch CPU threads of the training stages"""
+    cpu_kernels: str = "native"
+    """CPU kernel paths of torch, MKL and oneDNN (r2v_train.runtime.CPU_KERNELS): ``native`` lets them pick by
+    this CPU's vector ISA, so an AVX2 machine and an AVX512 one train different weights from the same config;
+    ``avx2`` pins all three to AVX2, so x86-64 machines that have it compute the same floats"""
     progress: bool = True
     """progress bars of the runner stages (teacher, replay, router_data) on stderr; False for logs"""
+
+    def __post_init__(self) -> None:
+        if self.cpu_kernels not in CPU_KERNELS:
+            raise UnknownChoiceError("cpu_kernels", self.cpu_kernels, CPU_KERNELS)
 
 
 def stage_paths(run_dir: str | os.PathLike) -> dict[str, str]:
@@ -157,6 +166,8 @@ def stage_key(config: ChainConfig, stage: str, upstream_ids: Sequence[str]) -> s
     parts = {"stage": stage, "config": jsonable(identity), "upstream": list(upstream_ids)}
     if stage in _ENV_STAGES:
         parts["env"] = jsonable(asdict(config.env))
+    if config.cpu_kernels != "native":  # other kernels, other floats; native keeps the keys of earlier runs
+        parts["cpu_kernels"] = config.cpu_kernels
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
@@ -183,6 +194,7 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
         raise UnknownChoiceError("stage", unknown[0], STAGES)
     run_dir = os.fspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
+    pin_cpu_kernels(config.cpu_kernels)
     set_threads(config.threads)
     manifest = _manifest(config, run_dir)
     fns = _stage_fns()
@@ -268,6 +280,7 @@ def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
             stages = json.load(fh).get("stages", {})
     c = config
     manifest = {"config": jsonable(asdict(config)), "versions": package_versions(), "git_revision": git_revision(),
+                "torch_cpu_capability": pin_cpu_kernels(config.cpu_kernels),  # the kernels this machine ran
                 "seeds": {"split": 42, "teacher": c.teacher.seed, "replay": list(c.replay.seeds),
                           "bc": c.bc.seed, "preferences": c.preferences.seed, "dpo": c.dpo.seed,
                           "router_data_train": list(c.router_data.train_seeds),

@@ -43,6 +43,7 @@ from r2v_train.policy_stages import dpo_stage
 from r2v_train.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
 from r2v_train.report import ablation_table, write_report
 from r2v_train.router_study import StudyConfig, evaluate_variants, run_repeats
+from r2v_train.runtime import pin_cpu_kernels
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -320,8 +321,10 @@ class RunDirArgs:
 
 
 def _use_chain_threads(cfg: PipelineConfig) -> None:
-    """Torch threads as in the chain (``r2v pipeline`` evaluates in the chain's process, so it has them already)."""
+    """Torch threads and CPU kernels as in the chain (``r2v pipeline`` evaluates in the chain's process, so it has
+    them already)."""
 
+    pin_cpu_kernels(cfg.chain.cpu_kernels)
     set_threads(cfg.chain.threads)
 
 

@@ -1,4 +1,4 @@
-"""Process-level settings of the ``r2v`` command for CPU work.
+"""Process-level settings of the ``r2v`` command for CPU work: malloc's thresholds, and the CPU kernels torch uses.
 
 PyTorch's CPU allocator hands large tensors straight to ``malloc``; glibc serves blocks above its mmap
 threshold with fresh ``mmap`` pages and returns them on free, so a training loop that allocates the same
@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import sys
+
+from r2v_envs.errors import R2VError, UnknownChoiceError
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # <malloc.h>
 _applied: bool | None = None
@@ -38,3 +42,63 @@ def keep_freed_memory(mmap_threshold: int = 32 << 20, trim_threshold: int = 256 
                            ((M_MMAP_THRESHOLD, mmap_threshold), (M_TRIM_THRESHOLD, trim_threshold),
                             (M_TOP_PAD, top_pad)))
     return _applied
+
+
+# ------------------------------------------------------------------------------------------------ CPU kernels
+# PyTorch picks its elementwise/reduction kernels (softmax, RMSNorm, SiLU, AdamW's update, ...) by the CPU's
+# vector ISA at the first op it runs, from ATEN_CPU_CAPABILITY if set; MKL (torch's BLAS here) picks its GEMM code
+# path likewise (MKL_CBWR pins it, "conditional numerical reproducibility") and oneDNN caps its ISA at
+# ONEDNN_MAX_CPU_ISA. Different paths round differently. Measured on this project's AMD EPYC (AVX512) machine:
+# 20 AdamW steps of the default's tiny Qwen2 gave other weight bytes under ATEN_CPU_CAPABILITY=avx2 than natively
+# (avx512), the same bytes on a rerun of either; MKL_CBWR=COMPATIBLE changed a 256x384 @ 384x128 matmul's bytes.
+# So a run's numbers depend on which ISA the machine has, from the first BC step on, and pinning every dispatcher
+# to one ISA most x86-64 CPUs have (AVX2) makes runs on AVX2 and AVX512 machines comparable.
+CPU_KERNELS: dict[str, dict[str, str] | None] = {
+    "native": None,  # whatever torch, MKL and oneDNN pick for this CPU
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+"""``cpu_kernels`` settings -> the environment they pin (``native`` pins nothing)."""
+
+
+class KernelPinError(R2VError, RuntimeError):
+    """The CPU kernels asked for cannot be pinned in this process (torch already chose, or the CPU lacks them)."""
+
+
+def pin_cpu_kernels(kernels: str) -> str | None:
+    """Pin torch's, MKL's and oneDNN's CPU kernel paths to ``kernels`` (a key of :data:`CPU_KERNELS`) for this
+    process and its children, before torch runs its first op; returns torch's CPU capability when torch is
+    imported (None otherwise), ``native`` changes nothing.
+
+    Raises :class:`KernelPinError` when torch already chose other kernels (an op ran before this call, or the
+    environment pinned others) or the CPU cannot run the ones asked for.
+
+    Example:
+        >>> pin_cpu_kernels("avx7")
+        Traceback (most recent call last):
+        ...
+        r2v_envs.errors.UnknownChoiceError: unknown cpu_kernels 'avx7'; did you mean 'avx2'? ...
+    """
+    if kernels not in CPU_KERNELS:
+        raise UnknownChoiceError("cpu_kernels", kernels, CPU_KERNELS)
+    env = CPU_KERNELS[kernels]
+    if env is None:
+        return _torch_capability()
+    clash = {k: os.environ[k] for k, v in env.items() if os.environ.get(k, v).upper() != v.upper()}
+    if clash:
+        raise KernelPinError(f"cpu_kernels: {kernels} asks for {env}, but the environment sets {clash}")
+    os.environ.update(env)
+    got = _torch_capability()
+    if got is not None and got.lower() != env["ATEN_CPU_CAPABILITY"]:
+        raise KernelPinError(f"cpu_kernels: {kernels}: torch runs {got} kernels (it ran an op before they could be "
+                             f"pinned, or this CPU lacks them); set ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']} "
+                             "in the environment of the command")
+    return got
+
+
+def _torch_capability() -> str | None:
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
