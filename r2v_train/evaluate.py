@@ -96,6 +96,9 @@ class EvalConfig:
     heuristic_sweep: tuple[float, ...] = ()
     """extra heuristic-router thresholds run on the main condition: its cost/success curve, to compare R2V with
     the heuristic at matched reliability (Figure 3)"""
+    entropy_sweep: tuple[float, ...] = ()
+    """extra entropy-router thresholds (on p = H / (1 + H)) run on the main condition: its cost/success curve, so
+    R2V is compared with entropy routing at matched reliability too"""
     entropy_target_rate: float | None = None
     """validation escalation rate of the entropy router; None fits Youden's J on validation labels"""
     bootstrap: int = 1000
@@ -118,6 +121,7 @@ class EvalConfig:
             self.per_type_seeds = tuple(int(s) for s in self.per_type_seeds)
         self.per_type, self.methods = tuple(self.per_type), tuple(self.methods)
         self.heuristic_sweep = tuple(float(t) for t in self.heuristic_sweep)
+        self.entropy_sweep = tuple(float(t) for t in self.entropy_sweep)
         if self.heuristic_fit not in HEURISTIC_FITS:
             raise UnknownChoiceError("heuristic_fit", self.heuristic_fit, HEURISTIC_FITS)
 
@@ -278,8 +282,10 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
         r2v = episode_outcomes(out / main_dirs["r2v"])
         results["paired"] = {m: paired_bootstrap(r2v, episode_outcomes(out / d), cfg.bootstrap, cfg.bootstrap_seed)
                              for m, d in main_dirs.items() if m != "r2v"}
-    if cfg.heuristic_sweep and "heuristic" in cfg.methods:
-        results["sweeps"] = {"heuristic": heuristic_sweep(agents, routers, cfg, out)}
+    sweeps = {m: taus for m, taus in (("heuristic", cfg.heuristic_sweep), ("entropy", cfg.entropy_sweep))
+              if taus and m in cfg.methods}
+    if sweeps:
+        results["sweeps"] = {m: threshold_sweep(agents, routers, cfg, out, m, taus) for m, taus in sweeps.items()}
     if agents.valid_router_dir is not None:
         results["calibration"] = router_calibration(routers, agents.valid_router_dir)
     main = results["conditions"][results["main_condition"]]
@@ -288,44 +294,50 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
     return results
 
 
-def heuristic_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig, out: Path) -> list[dict[str, Any]]:
-    """The heuristic router at each threshold of ``cfg.heuristic_sweep`` under the main condition: one runner
-    directory per threshold (``runs/<condition>/heuristic@<tau>``), rows sorted by threshold."""
+SWEPT_ROUTERS = {"heuristic": HeuristicRouter, "entropy": EntropyRouter}
+
+
+def threshold_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig, out: Path, method: str,
+                    taus: Sequence[float]) -> list[dict[str, Any]]:
+    """Baseline router ``method`` (heuristic or entropy) at each threshold ``taus`` under the main condition: one
+    runner directory per threshold (``runs/<condition>/<method>@<tau>``), rows sorted by threshold."""
 
     cond, spec = next(iter(cfg.conditions().items()))
     rows = []
-    for tau in sorted(set(cfg.heuristic_sweep)):
-        swept = {**routers, "heuristic": HeuristicRouter(tau)}
-        run_dir = out / "runs" / cond / f"heuristic@{tau:g}"
-        run_method(make_policy("heuristic", agents, swept, None, cfg), f"heuristic@{tau:g}", cfg, spec, run_dir)
+    for tau in sorted(set(taus)):
+        swept = {**routers, method: SWEPT_ROUTERS[method](tau)}
+        run_dir = out / "runs" / cond / f"{method}@{tau:g}"
+        run_method(make_policy(method, agents, swept, None, cfg), f"{method}@{tau:g}", cfg, spec, run_dir)
         rows.append({"threshold": tau, "run": os.path.relpath(run_dir, out),
                      **run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)})
     return rows
 
 
-def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: float = 2.0) -> dict[str, Any] | None:
-    """The cheapest heuristic operating point (fitted threshold or sweep) whose SR is within ``slack`` points of
-    ``method``'s, with both LLM% values; None without a sweep or when no heuristic point gets that close.
+def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: float = 2.0,
+                        baseline: str = "heuristic") -> dict[str, Any] | None:
+    """The cheapest ``baseline`` operating point (fitted threshold or sweep) whose SR is within ``slack`` points of
+    ``method``'s, with both LLM% values; None without a sweep or when no baseline point gets that close.
 
     Example:
         >>> cell = lambda sr, llm: {"sr": sr, "llm_pct": llm}  # noqa: E731
         >>> res = {"main_condition": "c", "conditions": {"c": {"r2v": cell(99.0, 40.0), "heuristic": cell(90.0, 30.0)}},
         ...        "sweeps": {"heuristic": [dict(cell(97.5, 70.0), threshold=0.2), dict(cell(99.0, 85.0), threshold=0.1)]}}
-        >>> matched_reliability(res)["heuristic_llm_pct"], matched_reliability(res)["threshold"]
+        >>> matched_reliability(res)["baseline_llm_pct"], matched_reliability(res)["threshold"]
         (70.0, 0.2)
     """
     cells = results["conditions"][results["main_condition"]]
-    sweep = (results.get("sweeps") or {}).get("heuristic")
-    if not sweep or method not in cells or "heuristic" not in cells:
+    sweep = (results.get("sweeps") or {}).get(baseline)
+    if not sweep or method not in cells or baseline not in cells:
         return None
     target = cells[method]["sr"] - slack
-    points = [dict(c, threshold=c.get("threshold", "fitted")) for c in [cells["heuristic"], *sweep]]
+    points = [dict(c, threshold=c.get("threshold", "fitted")) for c in [cells[baseline], *sweep]]
     ok = [c for c in points if c["sr"] >= target - 1e-9]
     if not ok:
         return None
     best = min(ok, key=lambda c: c["llm_pct"])
-    return {"method_sr": cells[method]["sr"], "method_llm_pct": cells[method]["llm_pct"], "heuristic_sr": best["sr"],
-            "heuristic_llm_pct": best["llm_pct"], "threshold": best["threshold"], "slack": slack}
+    return {"method_sr": cells[method]["sr"], "method_llm_pct": cells[method]["llm_pct"], "baseline_sr": best["sr"],
+            "baseline_llm_pct": best["llm_pct"], "threshold": best["threshold"], "slack": slack,
+            "baseline": baseline, "run": best.get("run")}
 
 
 def load_results(out_dir: str | os.PathLike) -> dict[str, Any]:

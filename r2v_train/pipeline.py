@@ -262,7 +262,7 @@ def evaluate_baseline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[s
     chain = cfg.chain
     agents = Agents(slm=shared_slm(cfg.baseline_slm, chain.router_data, chain.env.env_id),
                     teacher=lambda: make_teacher(chain.teacher, chain.env.env_id))
-    ev = dataclasses.replace(cfg.evaluate, methods=("slm",), per_type=(), heuristic_sweep=())
+    ev = dataclasses.replace(cfg.evaluate, methods=("slm",), per_type=(), heuristic_sweep=(), entropy_sweep=())
     res = evaluate(agents, ev, Path(run_dir) / "eval_baseline")
     return res["conditions"][res["main_condition"]]["slm"]
 

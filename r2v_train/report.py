@@ -157,10 +157,10 @@ def plot_pareto(results: Mapping[str, Any], path: str | os.PathLike) -> None:
         hollow = m == "oracle"
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, mfc="none" if hollow else None,
                     label=METHOD_LABELS.get(m, m))
-    sweep = sorted((results.get("sweeps") or {}).get("heuristic") or [], key=lambda c: c["llm_pct"])
-    if sweep:
-        ax.plot([c["llm_pct"] for c in sweep], [c["sr"] for c in sweep], "x:", color="grey", lw=1,
-                label="heuristic, other thresholds")
+    for name, sweep in (results.get("sweeps") or {}).items():
+        sweep = sorted(sweep, key=lambda c: c["llm_pct"])
+        ax.plot([c["llm_pct"] for c in sweep], [c["sr"] for c in sweep], "x:" if name == "heuristic" else "+:",
+                color="grey" if name == "heuristic" else "tan", lw=1, label=f"{name}, other thresholds")
     front = [m for m in results.get("pareto", []) if m in cells]
     if front:
         ax.plot([cells[m]["llm_pct"] for m in front], [cells[m]["sr"] for m in front], "k--", lw=1,
@@ -251,24 +251,23 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
         seeds = results["config"].get("per_type_seeds") or results["config"]["seeds"]
         parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",
                   per_type_table(results["conditions"], results["methods"]), ""]
-    sweep = (results.get("sweeps") or {}).get("heuristic")
-    if sweep:
-        parts += ["## Heuristic router across thresholds", "",
+    for name, sweep in (results.get("sweeps") or {}).items():
+        parts += [f"## {name.capitalize()} router across thresholds", "",
                   "| threshold | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |", "|---:|---:|---:|---:|---:|---:|"]
         parts += [f"| {c['threshold']:g} | {c['sr']:.1f} | [{c['sr_ci'][0]:.1f}, {c['sr_ci'][1]:.1f}] | "
                   f"{c['llm_pct']:.1f} | [{c['llm_pct_ci'][0]:.1f}, {c['llm_pct_ci'][1]:.1f}] | {c['episodes']} |"
                   for c in sweep]
-        match = matched_reliability(results)
+        match = matched_reliability(results, baseline=name)
         parts += ["", f"At matched reliability (SR within {match['slack']:g} points of R2V's {match['method_sr']:.1f}%), "
-                      f"the cheapest heuristic point escalates {match['heuristic_llm_pct']:.1f}% of steps "
-                      f"(threshold {match['threshold']}, SR {match['heuristic_sr']:.1f}%) vs R2V's "
+                      f"the cheapest {name} point escalates {match['baseline_llm_pct']:.1f}% of steps "
+                      f"(threshold {match['threshold']}, SR {match['baseline_sr']:.1f}%) vs R2V's "
                       f"{match['method_llm_pct']:.1f}%." if match else
-                  "No heuristic threshold tried reaches R2V's reliability (within 2 points).", ""]
+                  f"No {name} threshold tried reaches R2V's reliability (within 2 points).", ""]
         r2v = cells.get("r2v")
         if r2v:
             beaten = [f"{c['threshold']:g}" for c in sweep if r2v["sr"] >= c["sr"] and r2v["llm_pct"] <= c["llm_pct"]]
             if beaten:
-                parts += [f"R2V dominates (at least the SR at no more LLM%) the heuristic at threshold(s) "
+                parts += [f"R2V dominates (at least the SR at no more LLM%) the {name} router at threshold(s) "
                           f"{', '.join(beaten)}.", ""]
     plot_pareto(results, run_dir / "pareto.png")
     parts += ["## Cost / success (Figure 3)", "",

@@ -253,7 +253,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
     cells = {m: [c] for m, c in main["conditions"][cond].items()}
     paired: dict[str, list[Any]] = {}
     per_repeat = [{"dir": ".", "seeds": _seeds(chain)}]
-    ev_main = dataclasses.replace(ev, per_type=(), heuristic_sweep=())
+    ev_main = dataclasses.replace(ev, per_type=(), heuristic_sweep=(), entropy_sweep=())
 
     def variants(c: Any, rep: Path) -> None:  # the repeated settings, on this repeat's router data
         for name in study.repeats.variants:

@@ -11,7 +11,8 @@ from tests.eval_fixtures import assert_report_matches_shards, copy_trained_run, 
 def reported(tmp_path_factory, trained_run_template):
     tmp = tmp_path_factory.mktemp("report")
     router, _, valid, _ = copy_trained_run(trained_run_template, tmp)
-    results = evaluate(make_agents(tmp, router, valid), eval_config(heuristic_sweep=(0.05, 0.9)), tmp / "eval")
+    results = evaluate(make_agents(tmp, router, valid), eval_config(heuristic_sweep=(0.05, 0.9),
+                                                                         entropy_sweep=(0.2, 0.6)), tmp / "eval")
     return tmp, results, write_report(tmp, extra={"wall time": "1 s"})
 
 
@@ -22,7 +23,7 @@ def test_report_writes_every_artifact(reported):
         assert (tmp / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
     for heading in ("## Table 1", "## Per perturbation type", "## Router calibration", "- wall time: 1 s",
-                    "## Heuristic router across thresholds"):
+                    "## Heuristic router across thresholds", "## Entropy router across thresholds"):
         assert heading in text
 
 
@@ -53,7 +54,23 @@ def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(repo
     rows = parse_markdown_table(path.read_text(), "## Heuristic router across thresholds")
     assert [float(r["LLM%"]) for r in rows] == pytest.approx([c["llm_pct"] for c in sweep], abs=0.05)
     match = matched_reliability(results)  # the scripted run's heuristic reaches R2V's SR at some threshold
-    assert match is not None and match["heuristic_sr"] >= match["method_sr"] - 2
+    assert match is not None and match["baseline_sr"] >= match["method_sr"] - 2
     cheapest = min((c for c in [results["conditions"]["composite"]["heuristic"], *sweep]
                     if c["sr"] >= match["method_sr"] - 2), key=lambda c: c["llm_pct"])
-    assert match["heuristic_llm_pct"] == cheapest["llm_pct"] and "At matched reliability" in path.read_text()
+    assert match["baseline_llm_pct"] == cheapest["llm_pct"] and "At matched reliability" in path.read_text()
+
+
+def test_entropy_sweep_is_its_own_curve_and_matched_like_the_heuristic(reported):
+    from r2v_train.evaluate import matched_reliability
+    from r2v_train.report import parse_markdown_table
+
+    tmp, results, path = reported
+    sweep = results["sweeps"]["entropy"]
+    assert [c["run"].rsplit("/", 1)[-1] for c in sweep] == ["entropy@0.2", "entropy@0.6"]
+    low, high = sweep
+    assert low["llm_pct"] > high["llm_pct"]  # a lower threshold on H / (1 + H) escalates more
+    rows = parse_markdown_table(path.read_text(), "## Entropy router across thresholds")
+    assert [float(r["LLM%"]) for r in rows] == pytest.approx([c["llm_pct"] for c in sweep], abs=0.05)
+    match = matched_reliability(results, baseline="entropy")  # here the fitted entropy threshold is the match
+    assert match is not None and match["baseline"] == "entropy" and match["baseline_sr"] >= match["method_sr"] - 2
+    assert f"the cheapest entropy point escalates {match['baseline_llm_pct']:.1f}%" in path.read_text()
