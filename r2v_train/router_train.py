@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from r2v_agents.router_mlp import RouterMLP
 
 MODES = ("cvar", "mean", "brier")
-LABEL_KINDS = ("episode", "counterfactual")
+LABEL_KINDS = ("episode", "counterfactual", "deviation")
 PAPER_DEFAULTS = {"cost_scale": "paper", "features": "full", "labels": "episode", "bag": 1, "bag_folds": 4,
                   "calibrate_on": "valid"}
 """Fields added after the paper's router (issue 17) and their paper values: left out of identities and stage keys
@@ -105,7 +105,8 @@ class RouterTrainConfig:
         "help": "router inputs: full (Eq. 6's 15) | trajectory (those + r2v_agents.trajectory_features)"})
     labels: str = field(default="episode", metadata={
         "help": "step labels: episode (Eq. 7, y_t = 1[episode failed]) | counterfactual (y_cf: one teacher action "
-                "at t rescues the episode; r2v_train.counterfactual)"})
+                "at t rescues the episode; r2v_train.counterfactual) | deviation (Eq. 7 and the SLM's action differs "
+                "from the env's expert action at t: the failing rollout's steps the SLM got wrong)"})
     cost_scale: str = field(default="paper", metadata={
         "help": "scale of ell_route on which alpha and epsilon are read: paper (Eq. 8 in teacher calls) | max "
                 "(/ its largest step value) | regret (excess over the step's best decision, = |p - y| at the "

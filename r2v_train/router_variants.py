@@ -11,6 +11,9 @@ config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lis
 * ``trajectory``: Eq. 6's 15 features plus :data:`r2v_agents.trajectory_features.TRAJECTORY_NAMES`;
 * ``counterfactual``: trained on y_cf (:mod:`r2v_train.counterfactual`) instead of Eq. 7's labels: the sampled
   steps of failed rollouts with their measured label, and every step of successful rollouts (y_cf = 0);
+* ``deviation``: trained on Eq. 7's labels restricted to the steps where the SLM's action differs from the env's
+  expert action (:func:`deviation_labels`): with a weak SLM nearly every rollout fails, Eq. 7 then labels nearly
+  every step 1 and the router escalates everything, though the SLM's steps that match the expert need no teacher;
 * ``bagged``: 8 routers on 4-fold resamples of the training rollouts, probabilities averaged, Platt and threshold
   fitted on the validation rows plus the cross-fitted training rows (:mod:`r2v_train.router_bagging`): the
   operating point stops depending on one init seed and 40 validation rollouts.
@@ -48,6 +51,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "trajectory": {"features": "trajectory"},
     "counterfactual": {"labels": "counterfactual"},
     "bagged": {"bag": 8, "bag_folds": 4, "calibrate_on": "pooled"},
+    "deviation": {"labels": "deviation"},
 }
 
 
@@ -93,6 +97,9 @@ def router_rows(rollout_dir: str | os.PathLike, cfg: RouterTrainConfig, cf_dir: 
         features = np.concatenate([features, np.stack([extra[k] for k in keys])], axis=1)
         names = (*FEATURE_NAMES, *TRAJECTORY_NAMES)
     y, keep = data.y, np.ones(len(keys), dtype=bool)
+    if cfg.labels == "deviation":
+        deviates = deviation_labels(load_rows(rollout_dir, "steps", ["episode_id", "t", "action", "expert_action"]))
+        y = (data.y.astype(bool) & np.array([deviates[k] for k in keys])).astype(np.int8)
     if cfg.labels == "counterfactual":
         if cf_dir is None:
             raise ValueError("labels: counterfactual needs the counterfactual labels of these rollouts (cf_dir)")
@@ -101,6 +108,26 @@ def router_rows(rollout_dir: str | os.PathLike, cfg: RouterTrainConfig, cf_dir: 
         keep = np.array([data.y[i] == 0 or labels.get(k, (0, False))[1] for i, k in enumerate(keys)])
         y = np.array([labels.get(k, (0, False))[0] for k in keys], dtype=np.int8)
     return dataclasses.replace(data, features=features, y=y, feature_names=names).select(keep)
+
+
+def deviation_labels(steps: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], bool]:
+    """(episode_id, t) -> whether the step's action differs from the env's expert action (case and spacing aside).
+
+    Raises ``ValueError`` when a step logged no expert action (the benchmark has no step-level expert).
+
+    Example:
+        >>> deviation_labels([{"episode_id": "e", "t": 0, "action": "Go  east", "expert_action": "go east"},
+        ...                   {"episode_id": "e", "t": 1, "action": "look", "expert_action": "take coin"}])
+        {('e', 0): False, ('e', 1): True}
+    """
+    norm = lambda a: " ".join(str(a).lower().split())  # noqa: E731
+    out = {}
+    for r in steps:
+        if r.get("expert_action") is None:
+            raise ValueError(f"labels: deviation needs the env's expert action at every step; step {r['t']} of "
+                             f"{r['episode_id']} logged none (this benchmark has no step-level expert)")
+        out[(r["episode_id"], int(r["t"]))] = norm(r["action"]) != norm(r["expert_action"])
+    return out
 
 
 def train_variant(name: str, overrides: Mapping[str, Any], base: RouterTrainConfig, train_dir: str | os.PathLike,

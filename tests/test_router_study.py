@@ -230,3 +230,24 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
                                                                  "rows": {"r2v@eager": row}}))
     text = "\n".join(study_tables(tmp_path))
     assert "At matched reliability" in text and f"| r2v@eager | {recall:.3f} |" in text
+
+
+def test_deviation_labels_keep_the_failing_steps_that_left_the_expert(tmp_path, trained_run_template):
+    """``labels: deviation`` = Eq. 7's label and the SLM's action differs from the env's expert action, row for
+    row of the logged rollouts; a benchmark without a step-level expert gets a clear error."""
+    from r2v_train.router_variants import deviation_labels
+    from tests.eval_fixtures import copy_trained_run
+
+    _, train_dir, _, cfg = copy_trained_run(trained_run_template, tmp_path)
+    eq7 = router_rows(train_dir, cfg)
+    dev = router_rows(train_dir, dataclasses.replace(cfg, labels="deviation"))
+    keys = [(r["episode_id"], int(r["t"])) for r in load_rows(train_dir, "router", ["episode_id", "t"])]
+    steps = {(r["episode_id"], int(r["t"])): r for r in load_rows(train_dir, "steps", ["episode_id", "t", "action",
+                                                                                     "expert_action"])}
+    expected = [int(y and steps[k]["action"].strip().lower() != steps[k]["expert_action"].strip().lower())
+                for y, k in zip(eq7.y, keys)]
+    assert dev.y.tolist() == expected and np.array_equal(dev.features, eq7.features)
+    assert 0 < dev.y.sum() < eq7.y.sum()  # some failing steps followed the expert, some did not
+    with pytest.raises(ValueError, match="expert action"):
+        deviation_labels([{"episode_id": "e", "t": 0, "action": "print(1)", "expert_action": None}])
+    assert "deviation" in SETTINGS
