@@ -43,7 +43,7 @@ from r2v_train.evaluate import Agents, EvalConfig, build_routers, make_policy, r
 from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
 from r2v_train.router_variants import train_variant
 
-ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "feature_sets")
+ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "cvar_deviation", "feature_sets")
 CVAR_ALPHAS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
 CVAR_EPSILONS: tuple[float, ...] = (0.02, 0.1, 0.15)
 LAMBDAS_CONS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 1.0)

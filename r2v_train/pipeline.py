@@ -43,6 +43,7 @@ from r2v_train.policy_stages import dpo_stage
 from r2v_train.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
 from r2v_train.report import ablation_table, write_report
 from r2v_train.router_study import StudyConfig, evaluate_variants, run_repeats
+from r2v_train.router_variants import SETTINGS, variant_config
 from r2v_train.runtime import pin_cpu_kernels
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -57,7 +58,7 @@ class PipelineConfig:
     """evaluation of the six methods"""
     ablations: tuple[str, ...] = ()
     """ablations to run after the evaluation: features, closed_source, cvar, consistency, cvar_scaled,
-    feature_sets"""
+    cvar_deviation, feature_sets"""
     baseline_slm: str = ""
     """an untrained SLM (a model directory or a backbone name, e.g. smollm2) also run as SLM-only on the main
     condition (``<run>/eval_baseline``): the SR before the chain's training, in the report's Run lines"""
@@ -187,10 +188,10 @@ def run_ablation(name: str, cfg: PipelineConfig, run_dir: str | os.PathLike) -> 
     if name == "cvar":
         return ablations.ablate_cvar(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
                                      router_cfg=cfg.chain.router)
-    if name == "cvar_scaled":
+    if name in ("cvar_scaled", "cvar_deviation"):  # Table 5's grid on the named setting's miss-scale budget
+        setting = {"cvar_scaled": "scaled", "cvar_deviation": "deviation_scaled"}[name]
         return ablations.ablate_cvar(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
-                                     router_cfg=ablations.variant_config(cfg.chain.router, ablations.SETTINGS["scaled"]),
-                                     name="cvar_scaled")
+                                     router_cfg=variant_config(cfg.chain.router, SETTINGS[setting]), name=name)
     if name == "feature_sets":
         return ablations.ablate_feature_sets(agents, ev, run_dir, p["router_data_train"], p["router_data_valid"],
                                              cfg.chain.router)
@@ -372,5 +373,6 @@ def register_commands() -> dict[str, tuple[Any, type]]:
             "ablate-closed-source": (_ablate("closed_source"), RunDirArgs),
             "ablate-cvar": (_ablate("cvar"), RunDirArgs), "ablate-consistency": (_ablate("consistency"), RunDirArgs),
             "ablate-cvar-scaled": (_ablate("cvar_scaled"), RunDirArgs),
+            "ablate-cvar-deviation": (_ablate("cvar_deviation"), RunDirArgs),
             "ablate-feature-sets": (_ablate("feature_sets"), RunDirArgs),
             "router-study": (_router_study, RunDirArgs)}

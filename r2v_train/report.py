@@ -35,6 +35,8 @@ ABLATION_TITLES = {
     "cvar": "CVaR (alpha, epsilon) grid, router retrained (Table 5)",
     "cvar_scaled": "CVaR (alpha, epsilon) grid on the `miss` scale, enforced at the threshold (Table 5, setting "
                    "`scaled`)",
+    "cvar_deviation": "CVaR (alpha, epsilon) grid on the `miss` scale of deviation labels, enforced at the threshold "
+                      "(Table 5, setting `deviation_scaled`)",
     "feature_sets": "Feature sets: Eq. 6's 15 (`full`) vs `trajectory` (router retrained)",
     "consistency": "lambda_cons sweep, DPO retrained (Table 4)",
 }

@@ -251,3 +251,19 @@ def test_deviation_labels_keep_the_failing_steps_that_left_the_expert(tmp_path, 
     with pytest.raises(ValueError, match="expert action"):
         deviation_labels([{"episode_id": "e", "t": 0, "action": "print(1)", "expert_action": None}])
     assert "deviation" in SETTINGS
+
+
+@pytest.mark.parametrize("name, labels", [("cvar_scaled", "episode"), ("cvar_deviation", "deviation")])
+def test_the_miss_scale_grids_reach_the_grid_with_their_setting(tmp_path, monkeypatch, name, labels):
+    """`r2v ablate-cvar-scaled` / `ablate-cvar-deviation` (and `ablations: [...]`): Table 5's grid on the named
+    setting's budget. (Once broken by an unused-import cleanup: the dispatcher reached for names ablations.py no
+    longer imported, and nothing ran it.)"""
+    from r2v_train import ablations
+    from r2v_train.pipeline import run_ablation
+
+    seen = {}
+    monkeypatch.setattr(ablations, "ablate_cvar", lambda *a, **kw: seen.update(kw) or {"rows": []})
+    run_ablation(name, load_config({"preset": "tiny"}), tmp_path)
+    cfg = seen["router_cfg"]
+    assert seen["name"] == name and cfg.labels == labels
+    assert cfg.cost_scale == "miss" and cfg.threshold_rule == "cvar_budget"
