@@ -164,8 +164,9 @@ def ablate_cvar(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike, tra
     for alpha in alphas:
         for eps in epsilons:
             base = Path(run_dir) / "ablations" / name / f"a{alpha:g}_e{eps:g}"
-            path, metrics = train_variant_router(train_dir, valid_dir, base / "router",
-                                                 replace(base_cfg, alpha=float(alpha), epsilon=float(eps)))
+            # train_variant: the setting's own labels and features (deviation labels for cvar_deviation)
+            path, metrics = train_variant(name, {}, replace(base_cfg, alpha=float(alpha), epsilon=float(eps)),
+                                          train_dir, valid_dir, base / "router")
             a = replace(agents, router_path=path)
             run_method(make_policy("r2v", a, build_routers(a, cfg), None, cfg), f"r2v[a={alpha:g},e={eps:g}]",
                        cfg, spec, base / "eval")

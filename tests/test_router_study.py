@@ -267,3 +267,29 @@ def test_the_miss_scale_grids_reach_the_grid_with_their_setting(tmp_path, monkey
     cfg = seen["router_cfg"]
     assert seen["name"] == name and cfg.labels == labels
     assert cfg.cost_scale == "miss" and cfg.threshold_rule == "cvar_budget"
+
+
+def test_the_deviation_grid_trains_on_deviation_labels(tmp_path, trained_run_template):
+    """Table 5's grid on ``deviation_scaled`` retrains with that setting's labels (it once trained every grid
+    point on Eq. 7's labels whatever the setting said), and each point's threshold honours its epsilon."""
+    import json as _json
+
+    from r2v_agents.router_mlp import load_router
+    from r2v_train.ablations import ablate_cvar
+    from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
+
+    router_path, train_dir, valid_dir, cfg = copy_trained_run(trained_run_template, tmp_path)
+    grid_cfg = variant_config(cfg, SETTINGS["deviation_scaled"])
+    out = ablate_cvar(make_agents(tmp_path, router_path, valid_dir), eval_config(per_type=()), tmp_path, train_dir,
+                      valid_dir, alphas=(0.2,), epsilons=(0.02, 0.5), router_cfg=grid_cfg, name="cvar_deviation")
+    rows = out["rows"]
+    deviating = router_rows(valid_dir, grid_cfg).y.mean()
+    assert deviating < RouterData.from_run(valid_dir).y.mean()
+    for row, eps in zip(rows, (0.02, 0.5)):
+        d = tmp_path / "ablations" / "cvar_deviation" / f"a0.2_e{eps:g}" / "router"
+        meta = load_router(d / "router.pt")[3]
+        assert _json.loads(_json.dumps(meta))["config"]["labels"] == "deviation"
+        metrics = _json.loads((d / "router_metrics.json").read_text())
+        assert metrics["valid"]["failure_rate"] == pytest.approx(deviating)  # trained on the deviation rows
+        assert row["valid CVaR"] <= eps + 1e-9
+    assert rows[0]["valid LLM%"] >= rows[1]["valid LLM%"]  # a tighter budget escalates at least as much
