@@ -42,7 +42,7 @@ from r2v_train.narrate import say
 from r2v_train.policy_stages import dpo_stage
 from r2v_train.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
 from r2v_train.report import ablation_table, write_report
-from r2v_train.router_study import StudyConfig, evaluate_variants, run_repeats
+from r2v_train.router_study import StudyConfig, evaluate_variants, match_on_test_sr, run_repeats
 from r2v_train.router_variants import SETTINGS, variant_config
 from r2v_train.runtime import pin_cpu_kernels
 
@@ -278,6 +278,9 @@ def run_study(cfg: PipelineConfig, run_dir: str | os.PathLike, timings: dict[str
                           Path(run_dir) / "eval")
     if study.repeats.n > 1:
         run_repeats(cfg.chain, agents_from_run, cfg.evaluate, study, run_dir)
+    if study.active:
+        match_on_test_sr(run_dir, next(iter(cfg.evaluate.conditions())), n_boot=cfg.evaluate.bootstrap,
+                         seed=cfg.evaluate.bootstrap_seed)
     if timings is not None and study.active:
         timings["router study"] = time.perf_counter() - t
 

@@ -46,7 +46,7 @@ from r2v_train.narrate import say
 from r2v_train.router_train import RouterData
 from r2v_train.router_variants import resolve_variants, router_rows, train_variant, variant_config
 
-VARIANTS_FILE, REPEATS_FILE = "variants.json", "repeats.json"
+VARIANTS_FILE, REPEATS_FILE, MATCHED_FILE = "variants.json", "repeats.json", "matched.json"
 ROUTER_DATA_METHODS = ("entropy", "heuristic", "r2v")
 """Methods whose cells depend on the router data (thresholds fitted on its validation rows, or the router)."""
 BASELINES = ("heuristic", "entropy")
@@ -298,6 +298,41 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
     return summary
 
 
+def match_on_test_sr(run_dir: str | os.PathLike, condition: str, slack: float = 2.0, n_boot: int = 1000,
+                     seed: int = 0) -> dict[str, Any]:
+    """Each R2V cell of the run and its repeats (``r2v``, ``r2v@<setting>``) against the cheapest heuristic and
+    entropy cell whose test SR is within ``slack`` points of its own (or above), paired on the same episodes; writes
+    ``eval/matched.json``.
+
+    The candidates are every baseline cell the study ran (Table 1's fitted thresholds, the sweeps, the thresholds
+    matched per setting, in every repeat): a router at a fixed threshold reads no router data, so each serves every
+    repeat. Choosing among them on the test split favours the baselines; a setting no candidate comes within
+    ``slack`` of gets None (it is more reliable than every baseline point tried)."""
+    run_dir = Path(run_dir)
+    reps = [run_dir, *sorted((run_dir / "repeats").glob("r*"), key=lambda d: int(d.name[1:]))]
+    cells = {}
+    for rep in reps:
+        for d in sorted((rep / "eval" / "runs" / condition).glob("*")):
+            if list(d.glob("episodes-*.parquet")):
+                cells[d] = run_metrics(d, n_boot, seed)
+    pool = {b: [d for d in cells if d.name == b or d.name.startswith(b + "@")] for b in BASELINES}
+    rows: dict[str, list[Any]] = {}
+    for i, rep in enumerate(reps):
+        for d in (d for d in cells if d.parent.parent.parent.parent == rep and d.name.split("@")[0] == "r2v"):
+            me, entry = cells[d], {"repeat": i, "sr": cells[d]["sr"], "llm_pct": cells[d]["llm_pct"]}
+            for b, cands in pool.items():
+                ok = [c for c in cands if cells[c]["sr"] >= me["sr"] - slack - 1e-9]
+                best = min(ok, key=lambda c: cells[c]["llm_pct"]) if ok else None
+                entry[b] = None if best is None else {
+                    "cell": best.name, "run": os.path.relpath(best, run_dir), "sr": cells[best]["sr"],
+                    "llm_pct": cells[best]["llm_pct"],
+                    "paired": paired_bootstrap(episode_outcomes(d), episode_outcomes(best), n_boot, seed)}
+            rows.setdefault(d.name, []).append(entry)
+    out = {"condition": condition, "slack": slack, "rows": rows}
+    write_json_atomic(run_dir / "eval" / MATCHED_FILE, out)
+    return out
+
+
 def _seeds(chain: Any) -> dict[str, Any]:
     rd = chain.router_data
     return {"train_seeds": list(rd.train_seeds), "valid_seeds": list(rd.valid_seeds), "sampler_seed": rd.sampler_seed,
@@ -343,6 +378,22 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
                          f"{s['failed_rollouts']} failed of {s['rollouts']} rollouts (budget {s['steps_per_rollout']} "
                          f"per rollout), {s['rescuing_steps']} rescuing steps, {s['rescued_rollouts']} rollouts "
                          f"rescuable, {s['wall_s']:.0f} s.")
+        parts.append("")
+    if (ev / MATCHED_FILE).exists():
+        m = json.loads((ev / MATCHED_FILE).read_text())
+        parts += [f"## At matched test reliability (`{m['condition']}`)", "",
+                  f"Each R2V cell minus the cheapest heuristic / entropy cell of the study with SR at most {m['slack']:g} "
+                  "points below its own (any threshold tried, any repeat: chosen on test, which favours the baselines).",
+                  "", "| setting | repeat | SR | LLM% | heuristic cell: SR, LLM% | minus it: SR, LLM% [CI] "
+                  "| entropy cell: SR, LLM% | minus it: SR, LLM% [CI] |", "|---|---:|---:|---:|---|---|---|---|"]
+        for name, reps in m["rows"].items():
+            for e in reps:
+                def cell(b: str) -> str:
+                    x = e.get(b)
+                    return "none within reach | -" if x is None else \
+                        f"{x['cell']}: {x['sr']:.1f}, {x['llm_pct']:.1f} | {_paired_text(x['paired'])}"
+                parts.append(f"| {name} | {e['repeat'] + 1} | {e['sr']:.1f} | {e['llm_pct']:.1f} | {cell('heuristic')} "
+                             f"| {cell('entropy')} |")
         parts.append("")
     if (ev / REPEATS_FILE).exists():
         r = json.loads((ev / REPEATS_FILE).read_text())

@@ -228,8 +228,23 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
         assert m["paired"]["sr_diff"] == pytest.approx(sr)
     (tmp_path / "eval" / "variants.json").write_text(json.dumps({"condition": "composite", "counterfactual": {},
                                                                  "rows": {"r2v@eager": row}}))
+    # matched on test SR: the cheapest baseline cell of the study no more than 2 SR points below the setting
+    from r2v_train.evaluate import run_metrics
+    from r2v_train.router_study import match_on_test_sr
+
+    m = match_on_test_sr(tmp_path, "composite")["rows"]["r2v@eager"][0]
+    for name in ("heuristic", "entropy"):
+        cells = {d.name: run_metrics(d) for d in (tmp_path / "eval" / "runs" / "composite").glob(f"{name}*")}
+        ok = {c: x for c, x in cells.items() if x["sr"] >= row["sr"] - 2 - 1e-9}
+        if not ok:
+            assert m[name] is None
+            continue
+        cheapest = min(ok, key=lambda c: ok[c]["llm_pct"])
+        assert m[name]["llm_pct"] == pytest.approx(ok[cheapest]["llm_pct"])
+        assert m[name]["paired"]["llm_pct_diff"] == pytest.approx(row["llm_pct"] - ok[cheapest]["llm_pct"])
     text = "\n".join(study_tables(tmp_path))
     assert "At matched reliability" in text and f"| r2v@eager | {recall:.3f} |" in text
+    assert "## At matched test reliability" in text and "| r2v@eager | 1 |" in text
 
 
 def test_deviation_labels_keep_the_failing_steps_that_left_the_expert(tmp_path, trained_run_template):
