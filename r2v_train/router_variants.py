@@ -15,7 +15,8 @@ config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lis
   expert action (:func:`deviation_labels`): with a weak SLM nearly every rollout fails, Eq. 7 then labels nearly
   every step 1 and the router escalates everything, though the SLM's steps that match the expert need no teacher;
   ``deviation_scaled`` reads its threshold off Table 5's CVaR on the ``miss`` scale as ``scaled`` does (at most
-  epsilon of the worst alpha validation rollouts' steps are deviating failing steps left to the SLM);
+  epsilon of the worst alpha validation rollouts' steps are deviating failing steps left to the SLM), and
+  ``deviation_scaled_bagged`` adds ``bagged``'s members and pooled calibration to it;
 * ``bagged``: 8 routers on 4-fold resamples of the training rollouts, probabilities averaged, Platt and threshold
   fitted on the validation rows plus the cross-fitted training rows (:mod:`r2v_train.router_bagging`): the
   operating point stops depending on one init seed and 40 validation rollouts.
@@ -55,6 +56,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "bagged": {"bag": 8, "bag_folds": 4, "calibrate_on": "pooled"},
     "deviation": {"labels": "deviation"},
     "deviation_scaled": {"labels": "deviation", "cost_scale": "miss", "threshold_rule": "cvar_budget"},
+    "deviation_scaled_bagged": {"labels": "deviation", "cost_scale": "miss", "threshold_rule": "cvar_budget",
+                                "bag": 8, "bag_folds": 4, "calibrate_on": "pooled"},
 }
 
 
