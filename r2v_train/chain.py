@@ -60,7 +60,7 @@ from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.preferences import PreferenceConfig
 from r2v_train.router_bagging import fit_router
 from r2v_train.router_train import RouterData, RouterTrainConfig
-from r2v_train.runtime import CPU_KERNELS, pin_cpu_kernels
+from r2v_train.runtime import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -280,7 +280,7 @@ def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:
             stages = json.load(fh).get("stages", {})
     c = config
     manifest = {"config": jsonable(asdict(config)), "versions": package_versions(), "git_revision": git_revision(),
-                "torch_cpu_capability": pin_cpu_kernels(config.cpu_kernels),  # the kernels this machine ran
+                "torch_cpu_capability": torch_cpu_capability(),  # the kernels this machine ran (pinned above)
                 "seeds": {"split": 42, "teacher": c.teacher.seed, "replay": list(c.replay.seeds),
                           "bc": c.bc.seed, "preferences": c.preferences.seed, "dpo": c.dpo.seed,
                           "router_data_train": list(c.router_data.train_seeds),

@@ -313,6 +313,19 @@ def threshold_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig,
     return rows
 
 
+def cheapest_within(points: Sequence[Any], sr: float, slack: float, cell: Callable[[Any], Mapping[str, Any]] = dict
+                    ) -> Any | None:
+    """The point of ``points`` with the lowest LLM% whose SR is at most ``slack`` points below ``sr`` (None if no
+    point gets that close); ``cell(point)`` gives a point's metrics (the point itself by default).
+
+    Example:
+        >>> cheapest_within([{"sr": 90.0, "llm_pct": 20.0}, {"sr": 98.0, "llm_pct": 60.0}], 99.0, 2.0)
+        {'sr': 98.0, 'llm_pct': 60.0}
+    """
+    ok = [p for p in points if cell(p)["sr"] >= sr - slack - 1e-9]
+    return min(ok, key=lambda p: cell(p)["llm_pct"]) if ok else None
+
+
 def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: float = 2.0,
                         baseline: str = "heuristic") -> dict[str, Any] | None:
     """The cheapest ``baseline`` operating point (fitted threshold or sweep) whose SR is within ``slack`` points of
@@ -329,12 +342,10 @@ def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: 
     sweep = (results.get("sweeps") or {}).get(baseline)
     if not sweep or method not in cells or baseline not in cells:
         return None
-    target = cells[method]["sr"] - slack
     points = [dict(c, threshold=c.get("threshold", "fitted")) for c in [cells[baseline], *sweep]]
-    ok = [c for c in points if c["sr"] >= target - 1e-9]
-    if not ok:
+    best = cheapest_within(points, cells[method]["sr"], slack)
+    if best is None:
         return None
-    best = min(ok, key=lambda c: c["llm_pct"])
     return {"method_sr": cells[method]["sr"], "method_llm_pct": cells[method]["llm_pct"], "baseline_sr": best["sr"],
             "baseline_llm_pct": best["llm_pct"], "threshold": best["threshold"], "slack": slack,
             "baseline": baseline, "run": best.get("run")}

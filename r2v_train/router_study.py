@@ -41,7 +41,7 @@ from r2v_envs.fileio import write_json_atomic
 from r2v_eval.stats import episode_outcomes, paired_bootstrap
 from r2v_train.chain import STAGES, run_chain, stage_paths
 from r2v_train.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
-from r2v_train.evaluate import Agents, EvalConfig, evaluate, load_results, run_method, run_metrics
+from r2v_train.evaluate import Agents, EvalConfig, cheapest_within, evaluate, load_results, run_method, run_metrics
 from r2v_train.narrate import say
 from r2v_train.router_train import RouterData
 from r2v_train.router_variants import resolve_variants, router_rows, train_variant, variant_config
@@ -310,23 +310,20 @@ def match_on_test_sr(run_dir: str | os.PathLike, condition: str, slack: float = 
     ``slack`` of gets None (it is more reliable than every baseline point tried)."""
     run_dir = Path(run_dir)
     reps = [run_dir, *sorted((run_dir / "repeats").glob("r*"), key=lambda d: int(d.name[1:]))]
-    cells = {}
-    for rep in reps:
-        for d in sorted((rep / "eval" / "runs" / condition).glob("*")):
-            if list(d.glob("episodes-*.parquet")):
-                cells[d] = run_metrics(d, n_boot, seed)
+    per_rep = [[d for d in sorted((rep / "eval" / "runs" / condition).glob("*")) if list(d.glob("episodes-*.parquet"))]
+               for rep in reps]
+    cells = {d: run_metrics(d, n_boot, seed) for dirs in per_rep for d in dirs}
     pool = {b: [d for d in cells if d.name == b or d.name.startswith(b + "@")] for b in BASELINES}
     rows: dict[str, list[Any]] = {}
-    for i, rep in enumerate(reps):
-        for d in (d for d in cells if d.parent.parent.parent.parent == rep and d.name.split("@")[0] == "r2v"):
-            me, entry = cells[d], {"repeat": i, "sr": cells[d]["sr"], "llm_pct": cells[d]["llm_pct"]}
+    for i, dirs in enumerate(per_rep):
+        for d in (d for d in dirs if d.name.split("@")[0] == "r2v"):
+            ours, entry = episode_outcomes(d), {"repeat": i, "sr": cells[d]["sr"], "llm_pct": cells[d]["llm_pct"]}
             for b, cands in pool.items():
-                ok = [c for c in cands if cells[c]["sr"] >= me["sr"] - slack - 1e-9]
-                best = min(ok, key=lambda c: cells[c]["llm_pct"]) if ok else None
+                best = cheapest_within(cands, cells[d]["sr"], slack, cell=cells.__getitem__)
                 entry[b] = None if best is None else {
                     "cell": best.name, "run": os.path.relpath(best, run_dir), "sr": cells[best]["sr"],
                     "llm_pct": cells[best]["llm_pct"],
-                    "paired": paired_bootstrap(episode_outcomes(d), episode_outcomes(best), n_boot, seed)}
+                    "paired": paired_bootstrap(ours, episode_outcomes(best), n_boot, seed)}
             rows.setdefault(d.name, []).append(entry)
     out = {"condition": condition, "slack": slack, "rows": rows}
     write_json_atomic(run_dir / "eval" / MATCHED_FILE, out)

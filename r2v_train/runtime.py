@@ -83,12 +83,12 @@ def pin_cpu_kernels(kernels: str) -> str | None:
         raise UnknownChoiceError("cpu_kernels", kernels, CPU_KERNELS)
     env = CPU_KERNELS[kernels]
     if env is None:
-        return _torch_capability()
+        return torch_cpu_capability()
     clash = {k: os.environ[k] for k, v in env.items() if os.environ.get(k, v).upper() != v.upper()}
     if clash:
         raise KernelPinError(f"cpu_kernels: {kernels} asks for {env}, but the environment sets {clash}")
     os.environ.update(env)
-    got = _torch_capability()
+    got = torch_cpu_capability()
     if got is not None and got.lower() != env["ATEN_CPU_CAPABILITY"]:
         raise KernelPinError(f"cpu_kernels: {kernels}: torch runs {got} kernels (it ran an op before they could be "
                              f"pinned, or this CPU lacks them); set ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']} "
@@ -96,7 +96,8 @@ def pin_cpu_kernels(kernels: str) -> str | None:
     return got
 
 
-def _torch_capability() -> str | None:
+def torch_cpu_capability() -> str | None:
+    """torch's CPU kernel capability (e.g. ``AVX512``) when torch is imported, else None (nothing is imported)."""
     if "torch" not in sys.modules:
         return None
     import torch
