@@ -2,7 +2,7 @@
 
 Each round trains the same model from the same seed on the same batch for ``--steps`` steps in a fresh
 interpreter, once with ``cpu_kernels: native`` (torch, MKL and oneDNN pick by this CPU's ISA) and once with
-``cpu_kernels: avx2`` (r2v_train.runtime.pin_cpu_kernels); rounds alternate the two so machine load hits both
+``cpu_kernels: avx2`` (r2v_train.runtime.cpu.pin_cpu_kernels); rounds alternate the two so machine load hits both
 alike. It prints each side's seconds per step, the ratio, torch's CPU capability and an md5 of the trained weights:
 equal digests within a side show the run is deterministic, different digests across sides show that the ISA
 path changes the floats (on a machine whose native ISA is AVX2 the two sides are the same kernels).
@@ -20,7 +20,7 @@ import sys
 
 CHILD = r"""
 import hashlib, json, sys, time
-from r2v_train.runtime import pin_cpu_kernels
+from r2v_train.runtime.cpu import pin_cpu_kernels
 pin_cpu_kernels(sys.argv[1])
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM

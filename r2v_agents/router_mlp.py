@@ -3,9 +3,9 @@
 Architecture (Appendix C): input standardisation -> Linear(15, 128) -> BatchNorm -> GELU -> Dropout(0.2)
 -> Linear(128, 64) -> BatchNorm -> GELU -> Dropout(0.2) -> Linear(64, 1), then logits / T + b with a
 learnable post-hoc temperature T (Guo et al., 2017) and bias b (0 unless Platt scaling fits it), both fitted on
-validation data after training (``r2v_train.calibration``); ``predict_proba`` applies the sigmoid. About
+validation data after training (``r2v_train.router.calibration``); ``predict_proba`` applies the sigmoid. About
 10.8k parameters. Dropout is ``FastDropout`` (same semantics, cheaper masks on CPU). ``RouterEnsemble`` (a bagged
-router, ``r2v_train.router_bagging``) averages several such MLPs under one calibration and saves and loads the same
+router, ``r2v_train.router.bagging``) averages several such MLPs under one calibration and saves and loads the same
 way (its ``arch`` records ``members``).
 
 The feature standardisation lives inside the model as buffers: callers pass raw features. ``save_router``
@@ -117,7 +117,7 @@ class RouterMLP(nn.Module):
         self.register_buffer("feature_mean", torch.zeros(self.in_features))
         self.register_buffer("feature_std", torch.ones(self.in_features))
         # log T keeps T > 0; frozen while the router trains, fitted afterwards on validation data. The bias stays
-        # 0 under plain temperature scaling; Platt scaling fits it too (r2v_train.calibration.fit_platt).
+        # 0 under plain temperature scaling; Platt scaling fits it too (r2v_train.router.calibration.fit_platt).
         self.log_temperature = nn.Parameter(torch.zeros(()), requires_grad=False)
         self.logit_bias = nn.Parameter(torch.zeros(()), requires_grad=False)
 
@@ -175,7 +175,7 @@ class RouterEnsemble(RouterMLP):
 
     ``untempered_logits`` is the logit of the members' mean probability (each member at its own temperature 1 and
     bias 0), so ``forward`` / ``predict_proba`` apply one temperature and bias (fitted on the ensemble's output,
-    ``r2v_train.router_bagging``) exactly as for a single router, and ``MLPRouter`` uses it unchanged. Each member
+    ``r2v_train.router.bagging``) exactly as for a single router, and ``MLPRouter`` uses it unchanged. Each member
     standardises with its own buffers (it may have been trained on a subset of the rollouts); the ensemble's
     ``feature_mean`` / ``feature_std`` record the whole training set's statistics for the feature spec.
 

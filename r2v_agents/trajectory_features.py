@@ -37,8 +37,13 @@ import numpy as np
 
 from r2v_agents.context import Context, Turn
 from r2v_agents.verifiers import verifier_for
-from r2v_envs.perturbations.templates import FLAKY_ERRORS, HTTP_FAILURES, INJECTION_MARKERS, STALE_MARKER, \
-    TRUNCATION_MARKER
+from r2v_envs.perturbations.templates import (
+    FLAKY_ERRORS,
+    HTTP_FAILURES,
+    INJECTION_MARKERS,
+    STALE_MARKER,
+    TRUNCATION_MARKER,
+)
 
 TRAJECTORY_NAMES: tuple[str, ...] = ("steps_without_progress", "repeat_share", "last_action_count",
                                      "last_obs_failure", "failure_share", "perturbation_events")

@@ -296,7 +296,7 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
 
 
 # Agents read from a training run directory (``slm:DIR``, ``r2v:DIR``) are built by the training package, which
-# registers them here when the ``r2v`` command loads (r2v_train.run_agents): evaluation never imports training code.
+# registers them here when the ``r2v`` command loads (r2v_train.evaluation.run_agents): evaluation never imports training code.
 RUN_DIR_AGENTS: dict[str, Callable[[str], BatchPolicy]] = {}
 
 
@@ -309,7 +309,7 @@ def run_dir_agent(kind: str, run_dir: str) -> BatchPolicy:
     """The SLM alone (``slm``) or the routed R2V agent (``r2v``) of a training run directory."""
     if kind not in RUN_DIR_AGENTS:
         raise BackendUnavailableError(f"{kind}:{run_dir}", "run-directory agents come with the training package: "
-                                      "use the `r2v eval` command (or import r2v_train.run_agents first)")
+                                      "use the `r2v eval` command (or import r2v_train.evaluation.run_agents first)")
     return RUN_DIR_AGENTS[kind](run_dir)
 
 

@@ -23,15 +23,15 @@ import tyro
 
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main
-from r2v_train import run_agents  # noqa: F401 - registers the slm:/r2v: run-directory agents of `r2v eval`
-from r2v_train.chain import ChainConfig, run_chain
+from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
+from r2v_train.chain.stages import ChainConfig, run_chain
 from r2v_train.configs import preset
 from r2v_train.doctor import DoctorArgs, doctor
-from r2v_train.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
+from r2v_train.evaluation import run_agents  # noqa: F401 - registers the slm:/r2v: run-directory agents of `r2v eval`
+from r2v_train.evaluation.rollout import RolloutArgs, rollout, success_table
 from r2v_train.pipeline import register_commands
-from r2v_train.rollout import RolloutArgs, rollout, success_table
-from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainArgs, RouterTrainResult, train_router
-from r2v_train.runtime import keep_freed_memory
+from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainArgs, RouterTrainResult, train_router
+from r2v_train.runtime.cpu import keep_freed_memory
 from r2v_train.table1 import register_commands as table1_commands
 
 

@@ -1,7 +1,7 @@
 """``r2v pipeline --config <yaml>``: the training chain, the evaluation, the ablations asked for and the report.
 
 A YAML file (see ``r2v_train/configs/*.yaml``) names a chain ``preset`` and overrides any field of the chain
-(:class:`r2v_train.chain.ChainConfig`), the evaluation (:class:`r2v_train.evaluate.EvalConfig`; its env
+(:class:`r2v_train.chain.stages.ChainConfig`), the evaluation (:class:`r2v_train.evaluation.methods.EvalConfig`; its env
 defaults to the chain's) and lists ``ablations`` to run. Everything is resumable: the chain skips finished
 stages, the runner skips finished episodes, trained ablation routers are reloaded. The run directory gets
 ``pipeline.json`` (the resolved config, stage timings) next to the chain's ``manifest.json``.
@@ -32,19 +32,19 @@ from r2v_agents.prompts import action_style
 from r2v_agents.samplers.memo import MemoSampler
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
-from r2v_train import ablations
-from r2v_train.ablations import ABLATION_NAMES
-from r2v_train.chain import run_chain, set_threads, stage_paths
-from r2v_train.collect import make_sampler, make_teacher, slm_policy
+from r2v_train.chain.collect import make_sampler, make_teacher, slm_policy
+from r2v_train.chain.policy_stages import dpo_stage
+from r2v_train.chain.stages import run_chain, set_threads, stage_paths
 from r2v_train.configs import preset
-from r2v_train.evaluate import METHOD_LABELS, Agents, EvalConfig, evaluate, methods_table
-from r2v_train.narrate import say
-from r2v_train.policy_stages import dpo_stage
-from r2v_train.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
-from r2v_train.report import ablation_table, write_report
-from r2v_train.router_study import StudyConfig, evaluate_variants, match_on_test_sr, run_repeats
-from r2v_train.router_variants import SETTINGS, variant_config
-from r2v_train.runtime import pin_cpu_kernels
+from r2v_train.evaluation import ablations
+from r2v_train.evaluation.ablations import ABLATION_NAMES
+from r2v_train.evaluation.methods import METHOD_LABELS, Agents, EvalConfig, evaluate, methods_table
+from r2v_train.evaluation.report import ablation_table, write_report
+from r2v_train.evaluation.study import StudyConfig, evaluate_variants, match_on_test_sr, run_repeats
+from r2v_train.router.settings import SETTINGS, variant_config
+from r2v_train.runtime.cpu import pin_cpu_kernels
+from r2v_train.runtime.narrate import say
+from r2v_train.runtime.prefetch import STAGE_NEEDS, GamePrefetch, needed_games
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
@@ -53,7 +53,7 @@ DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
 @dataclass
 class PipelineConfig:
     chain: Any
-    """the training chain's config (r2v_train.chain.ChainConfig)"""
+    """the training chain's config (r2v_train.chain.stages.ChainConfig)"""
     evaluate: EvalConfig = field(default_factory=EvalConfig)
     """evaluation of the six methods"""
     ablations: tuple[str, ...] = ()
@@ -64,7 +64,7 @@ class PipelineConfig:
     condition (``<run>/eval_baseline``): the SR before the chain's training, in the report's Run lines"""
     study: StudyConfig = field(default_factory=StudyConfig)
     """named router settings, the counterfactual oracle and repeats (``router_variants``, ``counterfactual``,
-    ``repeats`` in the yaml; r2v_train.router_study)"""
+    ``repeats`` in the yaml; r2v_train.evaluation.study)"""
 
 
 def _override(obj: Any, values: Mapping[str, Any]) -> Any:
@@ -269,7 +269,7 @@ def evaluate_baseline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[s
 
 
 def run_study(cfg: PipelineConfig, run_dir: str | os.PathLike, timings: dict[str, float] | None = None) -> None:
-    """The router study after the evaluation (r2v_train.router_study): settings, counterfactual oracle, repeats."""
+    """The router study after the evaluation (r2v_train.evaluation.study): settings, counterfactual oracle, repeats."""
     study, t = cfg.study, time.perf_counter()
     if study.variants or study.counterfactual.oracle:
         say(f"router settings {', '.join(study.variants) or '-'}"

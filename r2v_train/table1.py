@@ -27,9 +27,9 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import atomic_write, write_json_atomic
-from r2v_train.evaluate import METHOD_LABELS, METHODS
-from r2v_train.narrate import say
+from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
 from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline
+from r2v_train.runtime.narrate import say
 
 BENCHMARKS: tuple[str, ...] = ("alfworld", "humaneval", "terminalbench")
 BENCHMARK_LABELS = {"alfworld": "ALFWorld", "humaneval": "HumanEval+", "terminalbench": "TerminalBench"}

@@ -39,7 +39,7 @@ def make_agents(tmp, router_path=None, valid_dir=None):
     from r2v_agents.slm import SLMPolicy
     from r2v_agents.teachers import OracleTeacher
     from r2v_agents.verifiers.textworld import TextWorldVerifier
-    from r2v_train.evaluate import Agents
+    from r2v_train.evaluation.methods import Agents
 
     return Agents(slm=lambda: SLMPolicy(NoisySampler(), TextWorldVerifier(), k=3), teacher=OracleTeacher,
                   router_path=router_path, valid_router_dir=valid_dir)
@@ -62,7 +62,7 @@ SCRIPTED_VALID = [f"scripted-{i}" for i in range(20, 28)]
 
 
 def eval_config(**kw):
-    from r2v_train.evaluate import EvalConfig
+    from r2v_train.evaluation.methods import EvalConfig
 
     base = dict(env_id="R2V/Scripted-v0", seeds=(0, 1), per_type=("flaky",), max_steps=10, bootstrap=300,
                 progress=False)
@@ -70,7 +70,7 @@ def eval_config(**kw):
 
 
 def router_config():
-    from r2v_train.router_train import RouterTrainConfig
+    from r2v_train.router.train import RouterTrainConfig
 
     return RouterTrainConfig(epochs=10, batch_size=64, progress=False, hidden=(16, 8), mode="brier", kappa=4.0)
 
@@ -78,7 +78,7 @@ def router_config():
 def trained_run(tmp):
     """A miniature run directory: SLM-only router data (train/valid) and a small trained router."""
     from r2v_agents.router_mlp import save_router
-    from r2v_train.router_train import ROUTER_FILE, RouterData, train_router
+    from r2v_train.router.train import ROUTER_FILE, RouterData, train_router
 
     train = slm_rollouts(f"{tmp}/router_data/train", "train", SCRIPTED_TRAIN)
     valid = slm_rollouts(f"{tmp}/router_data/valid", "valid", SCRIPTED_VALID)
@@ -94,7 +94,7 @@ def copy_trained_run(template, tmp):
     are deterministic, so every module gets the same files, and each gets its own copy to write beside."""
     import shutil
 
-    from r2v_train.router_train import ROUTER_FILE
+    from r2v_train.router.train import ROUTER_FILE
 
     for part in ("router_data", "router"):
         shutil.copytree(f"{template}/{part}", f"{tmp}/{part}")
@@ -106,8 +106,8 @@ def assert_report_matches_shards(report_path, results, eval_dir):
     import pytest
 
     from r2v_agents.shards import load_rows
-    from r2v_train.evaluate import METHOD_LABELS
-    from r2v_train.report import parse_markdown_table
+    from r2v_train.evaluation.methods import METHOD_LABELS
+    from r2v_train.evaluation.report import parse_markdown_table
 
     text = report_path.read_text()
     rows = {r["method"]: r for r in parse_markdown_table(text, "## Table 1")}

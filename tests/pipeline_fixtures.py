@@ -15,8 +15,8 @@ def assert_pipeline_artifacts(run_dir: str | os.PathLike, summary: dict[str, Any
 
     from r2v_agents.routers import MLPRouter
     from r2v_agents.shards import load_rows
-    from r2v_train.chain import MARKER, STAGES, stage_paths
-    from r2v_train.evaluate import METHODS
+    from r2v_train.chain.stages import MARKER, STAGES, stage_paths
+    from r2v_train.evaluation.methods import METHODS
     from tests.eval_fixtures import assert_report_matches_shards
 
     run_dir = Path(run_dir)

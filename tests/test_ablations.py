@@ -8,8 +8,8 @@ from r2v_agents.router_mlp import load_router
 from r2v_agents.shards import load_rows
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers.textworld import TextWorldVerifier
-from r2v_train import ablations
-from r2v_train.report import load_ablations
+from r2v_train.evaluation import ablations
+from r2v_train.evaluation.report import load_ablations
 from tests.eval_fixtures import NoisySampler, copy_trained_run, eval_config, make_agents
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("alfworld", reason="alfworld is not installed: pip install '
 pytest.importorskip("fast_downward", reason="fast-downward-textworld is missing: pip install 'r2v[alfworld]'")
 pytest.importorskip("trl")
 
-from r2v_train.chain import STAGES, read_marker  # noqa: E402
+from r2v_train.chain.stages import STAGES, read_marker  # noqa: E402
 from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline  # noqa: E402
 from tests.pipeline_fixtures import assert_pipeline_artifacts  # noqa: E402
 
@@ -30,7 +30,7 @@ def alfworld_run(tmp_path_factory):
 
 def test_every_stage_and_artifact_on_alfworld_and_the_report_matches_the_shards(alfworld_run):
     from r2v_agents.shards import load_rows
-    from r2v_train.chain import stage_paths
+    from r2v_train.chain.stages import stage_paths
 
     run_dir, summary = alfworld_run
     results = assert_pipeline_artifacts(run_dir, summary)

@@ -1,11 +1,11 @@
-"""Goal-object renaming of BC rows (r2v_train.augment) and its switch in the BC stage."""
+"""Goal-object renaming of BC rows (r2v_train.chain.augment) and its switch in the BC stage."""
 
 from __future__ import annotations
 
 import pytest
 
-from r2v_train.augment import goal_object, object_names, rename_goal_objects
-from r2v_train.policy_stages import BCStageConfig
+from r2v_train.chain.augment import goal_object, object_names, rename_goal_objects
+from r2v_train.chain.policy_stages import BCStageConfig
 
 ROWS = [
     {"prompt": "Goal: Your task is to: put a clean knife in drawer.\nObservation:\nOn the countertop 1, you see a "

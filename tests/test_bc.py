@@ -1,4 +1,4 @@
-"""BC stage (r2v_train/bc.py): TRL SFT on prompt/completion rows of a tiny local model."""
+"""BC stage (r2v_train/chain/bc.py): TRL SFT on prompt/completion rows of a tiny local model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from r2v_agents.tiny import EOS, build_tiny_model  # noqa: E402
-from r2v_train.bc import DONE_FILE, BCConfig, bc_dataset, train_bc  # noqa: E402
+from r2v_train.chain.bc import DONE_FILE, BCConfig, bc_dataset, train_bc  # noqa: E402
 from tests.tiny_fixtures import scripted_corpus_and_tokenizer
 
 

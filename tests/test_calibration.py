@@ -1,4 +1,4 @@
-"""ECE, reliability bins, post-hoc recalibration and threshold selection (r2v_train/calibration.py)."""
+"""ECE, reliability bins, post-hoc recalibration and threshold selection (r2v_train/router/calibration.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train import calibration as cal
+from r2v_train.router import calibration as cal
 
 SEED = 0
 COSTS = (0.02, 1.0, 1.96)  # c_slm, c_llm, kappa

@@ -1,4 +1,4 @@
-"""The whole training chain (r2v_train/chain.py, tiny preset) end to end on the small TextWorld suite."""
+"""The whole training chain (r2v_train/chain/stages.py, tiny preset) end to end on the small TextWorld suite."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ pytest.importorskip("textworld")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from r2v_train.chain import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
+from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
 from r2v_train.configs.tiny import tiny_config  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     reused, the six methods are evaluated, and the report gathers tables and plots that agree with the shards."""
     from pathlib import Path
 
-    from r2v_train.evaluate import METHODS
+    from r2v_train.evaluation.methods import METHODS
     from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline
     from tests.eval_fixtures import assert_report_matches_shards
 
@@ -102,7 +102,7 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     d = results["paired"]["heuristic"]
     assert "| R2V |" in closing and f"LLM% {d['llm_pct_diff']:+.1f}" in closing and "total " in closing
     assert_report_matches_shards(report, results, run_dir / "eval")
-    from r2v_train.report import write_report
+    from r2v_train.evaluation.report import write_report
 
     write_report(run_dir)  # re-rendered later (r2v report, an ablation): the run's timings stay
     assert report.read_text() == text

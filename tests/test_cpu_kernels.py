@@ -1,4 +1,4 @@
-"""`cpu_kernels`: pinning torch's, MKL's and oneDNN's CPU kernel paths (r2v_train.runtime.pin_cpu_kernels).
+"""`cpu_kernels`: pinning torch's, MKL's and oneDNN's CPU kernel paths (r2v_train.runtime.cpu.pin_cpu_kernels).
 
 Each check runs in a fresh interpreter: torch fixes its kernels at the first op, and this process has run many."""
 
@@ -12,12 +12,12 @@ import sys
 import pytest
 
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.chain import ChainConfig, stage_key
-from r2v_train.runtime import CPU_KERNELS
+from r2v_train.chain.stages import ChainConfig, stage_key
+from r2v_train.runtime.cpu import CPU_KERNELS
 
 TRAIN = r"""
 import hashlib, json, sys
-from r2v_train.runtime import pin_cpu_kernels
+from r2v_train.runtime.cpu import pin_cpu_kernels
 pin_cpu_kernels(sys.argv[1])
 import torch
 torch.manual_seed(0); torch.set_num_threads(1)
@@ -55,13 +55,13 @@ def test_pinned_kernels_are_used_and_repeat_byte_for_byte():
 
 
 def test_kernels_cannot_be_pinned_after_torch_chose_or_against_the_environment():
-    late = _run("import torch; torch.ones(3).softmax(0)\nfrom r2v_train.runtime import pin_cpu_kernels\n"
+    late = _run("import torch; torch.ones(3).softmax(0)\nfrom r2v_train.runtime.cpu import pin_cpu_kernels\n"
                 "pin_cpu_kernels('avx2')")
     import torch
 
     if torch.backends.cpu.get_cpu_capability() != "AVX2":  # else torch's own choice was already AVX2
         assert late.returncode != 0 and "KernelPinError" in late.stderr and "ran an op" in late.stderr
-    clash = _run("from r2v_train.runtime import pin_cpu_kernels; pin_cpu_kernels('avx2')",
+    clash = _run("from r2v_train.runtime.cpu import pin_cpu_kernels; pin_cpu_kernels('avx2')",
                  env={"MKL_CBWR": "COMPATIBLE"})
     assert clash.returncode != 0 and "KernelPinError" in clash.stderr and "MKL_CBWR" in clash.stderr
 

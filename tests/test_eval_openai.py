@@ -16,7 +16,7 @@ from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_eval.agents import AgentOptions  # noqa: E402
 from r2v_eval.cli import EvalArgs, evaluate  # noqa: E402
 from r2v_eval.robustness import attempt_dirs  # noqa: E402
-from r2v_train.report import parse_markdown_table  # noqa: E402
+from r2v_train.evaluation.report import parse_markdown_table  # noqa: E402
 from tests.eval_server import ChatServer, train_scripted_chat_model  # noqa: E402
 
 TASKS = tuple(f"scripted-{i}" for i in range(4))  # scripted-2's goal is the gem: the server always fails it

@@ -7,7 +7,7 @@ import pytest
 
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.evaluate import RESULTS_FILE, EvalConfig, bootstrap_episodes, evaluate, pareto_front
+from r2v_train.evaluation.methods import RESULTS_FILE, EvalConfig, bootstrap_episodes, evaluate, pareto_front
 from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
 
 SEED = 0
@@ -73,7 +73,7 @@ def test_every_method_and_condition_is_run_and_matches_its_shards(evaluated):
 
 
 def test_paired_bootstrap_needs_the_same_episodes():
-    from r2v_train.evaluate import paired_bootstrap
+    from r2v_train.evaluation.methods import paired_bootstrap
 
     a = {"e1": (1.0, 3, 1), "e2": (0.0, 5, 0)}
     same = paired_bootstrap(a, a, n_boot=100)
@@ -102,7 +102,7 @@ def test_router_calibration_on_validation(evaluated):
 
 def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
     tmp, results = evaluated
-    import r2v_train.evaluate as evaluation  # the module that calls the runner
+    import r2v_train.evaluation.methods as evaluation  # the module that calls the runner
 
     seen = []
     real = evaluation.run
@@ -117,7 +117,7 @@ def test_baseline_thresholds_come_from_validation_unless_fixed(evaluated):
     """The heuristic is set to R2V's recall of validation failure rows (comparable reliability), or to Youden's J
     on request or without a trained router, like the entropy router; a fixed heuristic_threshold is kept."""
     from r2v_agents.routers import HeuristicRouter, calibrate_threshold
-    from r2v_train.evaluate import build_routers, load_valid
+    from r2v_train.evaluation.methods import build_routers, load_valid
 
     tmp, results = evaluated
     agents = make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid"))

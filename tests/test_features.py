@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from r2v_agents.context import Context
-from r2v_agents.features import (ABLATIONS, FEATURE_GROUPS, FEATURE_NAMES, apply_mask, compute_features,
-                                 feature_mask, pseudo_entropy)
+from r2v_agents.features import (
+    ABLATIONS,
+    FEATURE_GROUPS,
+    FEATURE_NAMES,
+    apply_mask,
+    compute_features,
+    feature_mask,
+    pseudo_entropy,
+)
 from r2v_agents.policy import Candidate
 
 CTX = Context.start("Take the coin from the table now.", "You are in a room.", {}, max_steps=20)

@@ -15,7 +15,7 @@ import r2v_envs  # noqa: E402,F401
 from r2v_agents.prompts import parse_completion  # noqa: E402
 from r2v_agents.slm import snap_to_admissible  # noqa: E402
 from r2v_agents.tiny import build_tiny_model  # noqa: E402
-from r2v_train.grpo_env import EpisodeRollout, tool_env_factory  # noqa: E402
+from r2v_train.rl.grpo_env import EpisodeRollout, tool_env_factory  # noqa: E402
 from tests.tiny_fixtures import scripted_corpus_and_tokenizer  # noqa: E402
 
 ENV = "R2V/Scripted-v0"
@@ -81,7 +81,7 @@ def test_tool_env_is_what_trl_introspects():
 
 
 def test_a_few_grpo_steps_log_a_reward_and_change_the_parameters(tmp_path):
-    from r2v_train.examples.grpo_textworld import Args, main
+    from r2v_train.rl.grpo_textworld import Args, main
 
     summary = main(Args(env_id=ENV, task_ids=("scripted-0",), max_steps=2, num_generations=4, max_turns=4,
                         output_dir=str(tmp_path / "grpo"), seed=1))

@@ -8,7 +8,7 @@ import pytest
 
 from r2v_agents.context import Context
 from r2v_agents.verifiers.base import Verifier
-from r2v_agents.verifiers.humaneval import (HumanEvalVerifier, clean_prompt, hack_penalty, prompt_examples)
+from r2v_agents.verifiers.humaneval import HumanEvalVerifier, clean_prompt, hack_penalty, prompt_examples
 from r2v_envs.perturbations.templates import INJECTION_TEMPLATES
 
 Q = '"' * 3

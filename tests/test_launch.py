@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 pytest.importorskip("accelerate")
 
 from r2v_agents.tiny import EOS, build_tiny_model, env_corpus, train_tokenizer  # noqa: E402
-from r2v_train.bc import DONE_FILE  # noqa: E402
+from r2v_train.chain.bc import DONE_FILE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "r2v_train" / "configs" / "accelerate"
@@ -44,7 +44,7 @@ def accelerate(*args: str) -> subprocess.CompletedProcess:
     cmd = [exe] if exe else [sys.executable, "-m", "accelerate.commands.accelerate_cli"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run([*cmd, "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "r2v_train.launch", *args],
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "r2v_train.chain.launch", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 

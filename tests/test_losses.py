@@ -1,4 +1,4 @@
-"""Router and consistency losses (r2v_train/losses.py) against hand-computed values."""
+"""Router and consistency losses (r2v_train/router/losses.py) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from r2v_train.losses import brier, cvar, cvar_lagrangian, jsd, routing_surrogate, seed_risk  # noqa: E402
+from r2v_train.router.losses import brier, cvar, cvar_lagrangian, jsd, routing_surrogate, seed_risk  # noqa: E402
 
 COSTS = {"c_slm": 0.02, "c_llm": 1.0, "kappa": 1.96}
 

@@ -1,4 +1,4 @@
-"""The pipeline's game prefetch (r2v_train/prefetch.py) and its stage narration (r2v_train/narrate.py)."""
+"""The pipeline's game prefetch (r2v_train/runtime/prefetch.py) and its stage narration (r2v_train/runtime/narrate.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from r2v_envs.errors import GameGenerationError
 from r2v_envs.textworld import generate
 from r2v_envs.textworld.suite import get_suite
-from r2v_train import prefetch
-from r2v_train.chain import STAGES, ChainConfig, run_chain
-from r2v_train.collect import EnvConfig, SplitConfig, split_stage
-from r2v_train.narrate import describe_stage
+from r2v_train.chain.collect import EnvConfig, SplitConfig, split_stage
+from r2v_train.chain.stages import STAGES, ChainConfig, run_chain
 from r2v_train.pipeline import load_config
+from r2v_train.runtime.cpu import prefetch
+from r2v_train.runtime.narrate import describe_stage
 
 
 def test_needed_games_are_exactly_the_tasks_the_stages_play(tmp_path):

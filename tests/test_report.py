@@ -2,8 +2,8 @@
 
 import pytest
 
-from r2v_train.evaluate import evaluate
-from r2v_train.report import write_report
+from r2v_train.evaluation.methods import evaluate
+from r2v_train.evaluation.report import write_report
 from tests.eval_fixtures import assert_report_matches_shards, copy_trained_run, eval_config, make_agents
 
 
@@ -40,8 +40,8 @@ def test_report_without_results_is_a_clear_error(tmp_path):
 def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(reported):
     """Each swept threshold is its own runner directory; a lower threshold escalates more and (here) succeeds more."""
     from r2v_agents.shards import load_rows
-    from r2v_train.evaluate import matched_reliability
-    from r2v_train.report import parse_markdown_table
+    from r2v_train.evaluation.methods import matched_reliability
+    from r2v_train.evaluation.report import parse_markdown_table
 
     tmp, results, path = reported
     sweep = results["sweeps"]["heuristic"]
@@ -61,8 +61,8 @@ def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(repo
 
 
 def test_entropy_sweep_is_its_own_curve_and_matched_like_the_heuristic(reported):
-    from r2v_train.evaluate import matched_reliability
-    from r2v_train.report import parse_markdown_table
+    from r2v_train.evaluation.methods import matched_reliability
+    from r2v_train.evaluation.report import parse_markdown_table
 
     tmp, results, path = reported
     sweep = results["sweeps"]["entropy"]

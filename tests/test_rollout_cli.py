@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from r2v_train.cli import main
-from r2v_train.rollout import RolloutArgs, rollout, success_table
+from r2v_train.evaluation.rollout import RolloutArgs, rollout, success_table
 
 
 def test_rollout_on_scripted_env(tmp_path):

@@ -1,4 +1,4 @@
-"""Issue 17, stability: the bagged router with cross-fitted calibration (r2v_train/router_bagging.py)."""
+"""Issue 17, stability: the bagged router with cross-fitted calibration (r2v_train/router/bagging.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import r2v_envs  # noqa: F401
 from r2v_agents.routers import MLPRouter
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.chain import ChainConfig, stage_key
+from r2v_train.chain.stages import ChainConfig, stage_key
 from r2v_train.pipeline import load_config
-from r2v_train.router_bagging import fit_router, member_folds
-from r2v_train.router_train import RouterData, RouterTrainConfig
-from r2v_train.router_variants import SETTINGS, resolve_variants
+from r2v_train.router.bagging import fit_router, member_folds
+from r2v_train.router.settings import SETTINGS, resolve_variants
+from r2v_train.router.train import RouterData, RouterTrainConfig
 from tests.router_fixtures import synthetic_rollouts
 
 BASE = RouterTrainConfig(epochs=15, batch_size=128, lr=0.01, hidden=(16,), progress=False, threshold_rule="bayes")

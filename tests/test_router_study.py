@@ -20,18 +20,18 @@ from r2v_agents.shards import load_rows
 from r2v_agents.teachers import OracleTeacher
 from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_features, trajectory_features
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train import calibration
-from r2v_train.counterfactual import (
+from r2v_train.pipeline import load_config
+from r2v_train.router import calibration
+from r2v_train.router.counterfactual import (
     LABELS_FILE,
     CounterfactualConfig,
     StepOracleRouter,
     counterfactual_labels,
     load_labels,
 )
-from r2v_train.losses import cost_coefficients, routing_surrogate, scaled_routing_cost
-from r2v_train.pipeline import load_config
-from r2v_train.router_train import RouterData, RouterTrainConfig, train_router
-from r2v_train.router_variants import SETTINGS, resolve_variants, router_rows, variant_config
+from r2v_train.router.losses import cost_coefficients, routing_surrogate, scaled_routing_cost
+from r2v_train.router.settings import SETTINGS, resolve_variants, router_rows, variant_config
+from r2v_train.router.train import RouterData, RouterTrainConfig, train_router
 from tests.router_fixtures import synthetic_rollouts
 
 EPSILONS = (0.02, 0.05, 0.1, 0.15)
@@ -198,8 +198,8 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
 
     from r2v_agents.routers import EntropyRouter, HeuristicRouter
     from r2v_eval.stats import episode_outcomes
-    from r2v_train.evaluate import evaluate
-    from r2v_train.router_study import _variant_row, study_tables
+    from r2v_train.evaluation.methods import evaluate
+    from r2v_train.evaluation.study import _variant_row, study_tables
     from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
 
     router_path, _, valid_dir, cfg = copy_trained_run(trained_run_template, tmp_path)
@@ -229,8 +229,8 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
     (tmp_path / "eval" / "variants.json").write_text(json.dumps({"condition": "composite", "counterfactual": {},
                                                                  "rows": {"r2v@eager": row}}))
     # matched on test SR: the cheapest baseline cell of the study no more than 2 SR points below the setting
-    from r2v_train.evaluate import run_metrics
-    from r2v_train.router_study import match_on_test_sr
+    from r2v_train.evaluation.methods import run_metrics
+    from r2v_train.evaluation.study import match_on_test_sr
 
     m = match_on_test_sr(tmp_path, "composite")["rows"]["r2v@eager"][0]
     for name in ("heuristic", "entropy"):
@@ -250,7 +250,7 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
 def test_deviation_labels_keep_the_failing_steps_that_left_the_expert(tmp_path, trained_run_template):
     """``labels: deviation`` = Eq. 7's label and the SLM's action differs from the env's expert action, row for
     row of the logged rollouts; a benchmark without a step-level expert gets a clear error."""
-    from r2v_train.router_variants import deviation_labels
+    from r2v_train.router.settings import deviation_labels
     from tests.eval_fixtures import copy_trained_run
 
     _, train_dir, _, cfg = copy_trained_run(trained_run_template, tmp_path)
@@ -273,7 +273,7 @@ def test_the_miss_scale_grids_reach_the_grid_with_their_setting(tmp_path, monkey
     """`r2v ablate-cvar-scaled` / `ablate-cvar-deviation` (and `ablations: [...]`): Table 5's grid on the named
     setting's budget. (Once broken by an unused-import cleanup: the dispatcher reached for names ablations.py no
     longer imported, and nothing ran it.)"""
-    from r2v_train import ablations
+    from r2v_train.evaluation import ablations
     from r2v_train.pipeline import run_ablation
 
     seen = {}
@@ -290,7 +290,7 @@ def test_the_deviation_grid_trains_on_deviation_labels(tmp_path, trained_run_tem
     import json as _json
 
     from r2v_agents.router_mlp import load_router
-    from r2v_train.ablations import ablate_cvar
+    from r2v_train.evaluation.ablations import ablate_cvar
     from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
 
     router_path, train_dir, valid_dir, cfg = copy_trained_run(trained_run_template, tmp_path)

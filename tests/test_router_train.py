@@ -1,4 +1,4 @@
-"""Router model and training (r2v_agents/router_mlp.py, r2v_train/router_train.py): Theorem 1 calibration,
+"""Router model and training (r2v_agents/router_mlp.py, r2v_train/router/train.py): Theorem 1 calibration,
 CVaR tail control, save/load, resume and feature-spec checks."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch")
 
 from r2v_agents.router_mlp import RouterMLP, load_router, save_router  # noqa: E402
 from r2v_envs.errors import FeatureSpecError, UnknownChoiceError  # noqa: E402
-from r2v_train.losses import cvar, routing_surrogate, seed_risk  # noqa: E402
 from r2v_train import cli  # noqa: E402
-from r2v_train import router_train as rt  # noqa: E402
-from r2v_train.router_train import RouterData, RouterTrainConfig, evaluate_router, train_router  # noqa: E402
+from r2v_train.router import train as rt  # noqa: E402
+from r2v_train.router.losses import cvar, routing_surrogate, seed_risk  # noqa: E402
+from r2v_train.router.train import RouterData, RouterTrainConfig, evaluate_router, train_router  # noqa: E402
 
 SEED = 0
 NAMES = [f"feat_{i}" for i in range(15)]

@@ -9,8 +9,15 @@ import pytest
 
 from r2v_agents.context import Context
 from r2v_agents.features import FEATURE_NAMES
-from r2v_agents.routers import (AlwaysLLM, AlwaysSLM, EntropyRouter, HeuristicRouter, MLPRouter, OracleRouter,
-                                calibrate_threshold)
+from r2v_agents.routers import (
+    AlwaysLLM,
+    AlwaysSLM,
+    EntropyRouter,
+    HeuristicRouter,
+    MLPRouter,
+    OracleRouter,
+    calibrate_threshold,
+)
 
 IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 

@@ -110,7 +110,7 @@ def policy_key(ctx):
 
 def test_hf_teacher_answers_greedily_and_make_teacher_loads_it(smollm2):
     from r2v_agents.teachers import HFTeacher
-    from r2v_train.collect import TeacherConfig, make_teacher
+    from r2v_train.chain.collect import TeacherConfig, make_teacher
 
     model, tok = smollm2
     teacher = HFTeacher(model, tok, max_new_tokens=16)
@@ -131,8 +131,8 @@ def test_lora_bc_steps_on_chat_rows_change_the_adapter_only(smollm2, tmp_path):
     import torch
 
     from r2v_agents.teachers import OracleTeacher
-    from r2v_train.bc import BCConfig, train_bc
-    from r2v_train.policy_stages import bc_rows
+    from r2v_train.chain.bc import BCConfig, train_bc
+    from r2v_train.chain.policy_stages import bc_rows
 
     model, tok = smollm2
     traj = tmp_path / "traj"

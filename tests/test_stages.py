@@ -1,4 +1,4 @@
-"""Runner-driven stages (r2v_train/collect.py), the preference rule (preferences.py) and the chain's resume logic
+"""Runner-driven stages (r2v_train/chain/collect.py), the preference rule (preferences.py) and the chain's resume logic
 on the scripted env (no game engine, no model)."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import r2v_envs  # noqa: F401
 from r2v_agents.shards import load_rows
 from r2v_envs.core import split_tasks
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train import cli, collect
-from r2v_train.chain import MARKER, ChainConfig, read_marker, run_chain
-from r2v_train.collect import EnvConfig, ReplayConfig, SplitConfig, TeacherConfig
-from r2v_train.preferences import _views, alt_prompt, choose_pair, traj_contexts
+from r2v_train import cli
+from r2v_train.chain import collect
+from r2v_train.chain.collect import EnvConfig, ReplayConfig, SplitConfig, TeacherConfig
+from r2v_train.chain.preferences import _views, alt_prompt, choose_pair, traj_contexts
+from r2v_train.chain.stages import MARKER, ChainConfig, read_marker, run_chain
 
 ENV = EnvConfig("R2V/Scripted-v0", env_kwargs={}, max_steps=12)
 FIRST = ("split", "teacher", "replay")
@@ -127,8 +128,8 @@ def test_dpo_on_no_preference_pair_is_a_typed_error(tmp_path):
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     pytest.importorskip("datasets")
     from r2v_envs.errors import EmptyDatasetError
-    from r2v_train.policy_stages import DPOStageConfig, dpo_stage
-    from r2v_train.preferences import _schema
+    from r2v_train.chain.policy_stages import DPOStageConfig, dpo_stage
+    from r2v_train.chain.preferences import _schema
 
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.Table.from_pylist([], schema=_schema()), pairs)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from r2v_train import table1
-from r2v_train.evaluate import METHOD_LABELS, METHODS
-from r2v_train.report import parse_markdown_table
+from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
+from r2v_train.evaluation.report import parse_markdown_table
 
 
 def fake_results(sub: Path, base: float) -> dict:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r2v_agents.context import Context
-from r2v_agents.verifiers.terminal import (CATEGORY_BASE, TerminalVerifier, command_category, strip_noise,
-                                           terminal_score)
+from r2v_agents.verifiers.terminal import CATEGORY_BASE, TerminalVerifier, command_category, strip_noise, terminal_score
 from r2v_envs.perturbations.templates import STALE_MARKER, TRUNCATION_MARKER
 
 V = TerminalVerifier()

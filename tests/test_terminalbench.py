@@ -13,10 +13,9 @@ import pytest
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.errors import InvalidActionError, UnknownChoiceError
 from r2v_envs.terminalbench import backends
-from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT
 from r2v_envs.terminalbench.env import USAGE, truncate_output
-from r2v_envs.terminalbench.tasks import (SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task,
-                                          parse_pytest_summary)
+from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT
+from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task, parse_pytest_summary
 from r2v_envs.terminalbench.tasks import tests_passed as all_passed
 from tests.proc_helpers import processes_with
 

@@ -1,4 +1,4 @@
-"""Ready-made :class:`r2v_train.chain.ChainConfig` presets (``r2v train --preset NAME``, ``preset:`` in a yaml).
+"""Ready-made :class:`r2v_train.chain.stages.ChainConfig` presets (``r2v train --preset NAME``, ``preset:`` in a yaml).
 
 Example:
     >>> preset("tiny").env.env_kwargs["suite"], preset("default").threads
@@ -8,7 +8,7 @@ Example:
 from __future__ import annotations
 
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.chain import ChainConfig
+from r2v_train.chain.stages import ChainConfig
 from r2v_train.configs.tiny import tiny_config
 
 PRESETS = ("default", "tiny")

@@ -12,11 +12,11 @@ Example:
 
 from __future__ import annotations
 
-from r2v_train.chain import ChainConfig
-from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
-from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
-from r2v_train.preferences import PreferenceConfig
-from r2v_train.router_train import RouterTrainConfig
+from r2v_train.chain.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
+from r2v_train.chain.policy_stages import BCStageConfig, DPOStageConfig
+from r2v_train.chain.preferences import PreferenceConfig
+from r2v_train.chain.stages import ChainConfig
+from r2v_train.router.train import RouterTrainConfig
 
 
 def tiny_config() -> ChainConfig:

@@ -1,6 +1,6 @@
 """Named router settings beyond the paper's (issue 17), trained on the run's router data and evaluated next to R2V.
 
-A setting is a set of :class:`~r2v_train.router_train.RouterTrainConfig` overrides on top of the chain's router
+A setting is a set of :class:`~r2v_train.router.train.RouterTrainConfig` overrides on top of the chain's router
 config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lists names of :data:`SETTINGS`):
 
 * ``paper``: the chain's router as configured (Eq. 6-13; the default ``r2v`` method);
@@ -9,7 +9,7 @@ config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lis
   (``threshold_rule: cvar_budget``): epsilon = 0.1 means "in the worst alpha of validation rollouts at most 10% of
   the steps are failing steps left to the SLM", and tightening epsilon escalates more;
 * ``trajectory``: Eq. 6's 15 features plus :data:`r2v_agents.trajectory_features.TRAJECTORY_NAMES`;
-* ``counterfactual``: trained on y_cf (:mod:`r2v_train.counterfactual`) instead of Eq. 7's labels: the sampled
+* ``counterfactual``: trained on y_cf (:mod:`r2v_train.router.counterfactual`) instead of Eq. 7's labels: the sampled
   steps of failed rollouts with their measured label, and every step of successful rollouts (y_cf = 0);
 * ``deviation``: trained on Eq. 7's labels restricted to the steps where the SLM's action differs from the env's
   expert action (:func:`deviation_labels`): with a weak SLM nearly every rollout fails, Eq. 7 then labels nearly
@@ -18,7 +18,7 @@ config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lis
   epsilon of the worst alpha validation rollouts' steps are deviating failing steps left to the SLM), and
   ``deviation_scaled_bagged`` adds ``bagged``'s members and pooled calibration to it;
 * ``bagged``: 8 routers on 4-fold resamples of the training rollouts, probabilities averaged, Platt and threshold
-  fitted on the validation rows plus the cross-fitted training rows (:mod:`r2v_train.router_bagging`): the
+  fitted on the validation rows plus the cross-fitted training rows (:mod:`r2v_train.router.bagging`): the
   operating point stops depending on one init seed and 40 validation rollouts.
 
 Example:
@@ -44,9 +44,9 @@ from r2v_agents.features import FEATURE_NAMES
 from r2v_agents.shards import load_rows
 from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_features
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.counterfactual import load_labels
-from r2v_train.router_bagging import fit_router
-from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig
+from r2v_train.router.bagging import fit_router
+from r2v_train.router.counterfactual import load_labels
+from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainConfig
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "paper": {},

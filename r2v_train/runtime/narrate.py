@@ -5,7 +5,7 @@ ETA; these lines say what is about to happen and, where this run directory has r
 it took then.
 
 Example:
-    >>> from r2v_train.chain import ChainConfig
+    >>> from r2v_train.chain.stages import ChainConfig
     >>> describe_stage(ChainConfig(), "replay", {"train_tasks": 185})
     'replays the successful teacher trajectories under 5 perturbation seeds (1, 2, 3, 4, 5), composite'
     >>> eta_text(None), eta_text(195.2)

@@ -2,12 +2,12 @@
 
 Each training prompt is a reset seed; its ``num_generations`` rollouts play that episode start (same game, same
 perturbation seed z) for up to ``max_turns`` actions, sampled from the policy itself, and the env's return is the
-reward (r2v_train/grpo_env.py). With no ``--model``, a tiny Qwen2 and a byte-level BPE tokenizer are built locally
+reward (r2v_train/rl/grpo_env.py). With no ``--model``, a tiny Qwen2 and a byte-level BPE tokenizer are built locally
 from expert text of the env (nothing from a hub); ``--model DIR`` takes any local transformers checkpoint
 directory instead (e.g. a ``save_pretrained`` copy of SmolLM2-135M-Instruct).
 
-    python -m r2v_train.examples.grpo_textworld --max-steps 3
-    python -m r2v_train.examples.grpo_textworld --model /path/to/smollm2-135m-instruct --max-steps 20
+    python -m r2v_train.rl.grpo_textworld --max-steps 3
+    python -m r2v_train.rl.grpo_textworld --model /path/to/smollm2-135m-instruct --max-steps 20
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from r2v_agents.tiny import build_tiny_model, env_corpus, train_tokenizer
-from r2v_train.grpo_env import EpisodeRollout, env_reward, episode_dataset
+from r2v_train.rl.grpo_env import EpisodeRollout, env_reward, episode_dataset
 
 
 @dataclass

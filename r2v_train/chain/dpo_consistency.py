@@ -39,7 +39,7 @@ from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import pad
 
-from r2v_train.losses import jsd
+from r2v_train.router.losses import jsd
 
 VIEW_COLUMN, CANDIDATES_COLUMN = "prompt_alt", "candidates"
 _CONS_KEYS = ("cons_input_ids", "cons_attention_mask", "cons_completion_mask", "cons_pair", "cons_cand")

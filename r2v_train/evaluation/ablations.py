@@ -9,7 +9,7 @@
 * :func:`ablate_consistency` (Table 4): the SLM re-trained by DPO for each lambda_cons (a ``retrain``
   callable, normally the chain's DPO stage) and evaluated alone and routed with the run's router.
 
-Each writes ``<run>/ablations/<name>.json`` (``{"rows": [...]}``, rendered by :mod:`r2v_train.report`) and
+Each writes ``<run>/ablations/<name>.json`` (``{"rows": [...]}``, rendered by :mod:`r2v_train.evaluation.report`) and
 keeps one runner directory per setting under ``<run>/ablations/<name>/`` (resumable: finished episodes and
 trained routers are reused).
 
@@ -34,14 +34,14 @@ from typing import Any
 import numpy as np
 
 from r2v_agents.features import ABLATIONS, FEATURE_GROUPS, FEATURE_NAMES, VARIANTS, pseudo_entropy
-from r2v_agents.shards import load_rows, load_table
 from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import MLPRouter
+from r2v_agents.shards import load_rows, load_table
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
-from r2v_train.evaluate import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
-from r2v_train.router_train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
-from r2v_train.router_variants import train_variant
+from r2v_train.evaluation.methods import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
+from r2v_train.router.settings import train_variant
+from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
 
 ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "cvar_deviation", "feature_sets")
 CVAR_ALPHAS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
@@ -156,7 +156,7 @@ def ablate_cvar(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike, tra
                 ) -> dict[str, Any]:
     """The router retrained for each (alpha, epsilon) (everything else fixed), evaluated routed; ``name`` names the
     output (``cvar_scaled``: the same grid with ``router_cfg`` on the ``miss`` scale, see
-    :mod:`r2v_train.router_variants`)."""
+    :mod:`r2v_train.router.settings`)."""
 
     base_cfg = router_cfg or RouterTrainConfig(progress=False)
     cond, spec = _main_condition(cfg)

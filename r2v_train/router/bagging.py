@@ -40,8 +40,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from r2v_envs.fileio import atomic_write
-from r2v_train import calibration
-from r2v_train.router_train import (
+from r2v_train.router import calibration
+from r2v_train.router.train import (
     METRICS_FILE,
     ROUTER_FILE,
     RouterData,

@@ -40,8 +40,8 @@ import r2v_envs  # noqa: F401 - registers the envs
 from r2v_envs.textworld.env import TextWorldEnv
 from r2v_envs.textworld.generate import missing_games, serve_queue
 from r2v_envs.textworld.suite import GameSpec
-from r2v_train.evaluate import task_ids as eval_task_ids
-from r2v_train.narrate import say
+from r2v_train.evaluation.methods import task_ids as eval_task_ids
+from r2v_train.runtime.narrate import say
 
 # which games a stage plays (the evaluation and the ablations play the evaluation split: "test")
 STAGE_NEEDS = {"teacher": ("train",), "replay": ("train",), "router_data": ("train", "valid"), "evaluate": ("test",)}
@@ -68,7 +68,7 @@ def needed_games(cfg: Any) -> dict[str, list[Item]]:
     the first group that needs it; empty lists for envs other than TextWorld.
 
     The task ids are computed as the stages compute them: the chain's split stage (``task_ids(split)`` capped by
-    ``max_train_tasks``/``max_valid_tasks``) and the evaluation (:func:`r2v_train.evaluate.task_ids`, else the
+    ``max_train_tasks``/``max_valid_tasks``) and the evaluation (:func:`r2v_train.evaluation.methods.task_ids`, else the
     whole evaluation split)."""
 
     groups: dict[str, list[Item]] = {g: [] for g in GROUPS}
@@ -85,7 +85,7 @@ def needed_games(cfg: Any) -> dict[str, list[Item]]:
     if found is not None:
         base, env = found
         try:
-            cap = lambda ids, n: ids[:n] if n else ids  # as r2v_train.collect.split_stage
+            cap = lambda ids, n: ids[:n] if n else ids  # as r2v_train.chain.collect.split_stage
             add("train", base, cap(list(base.task_ids("train")), chain.split.max_train_tasks))
             add("valid", base, cap(list(base.task_ids("valid")), chain.split.max_valid_tasks))
         finally:

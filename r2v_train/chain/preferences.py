@@ -18,7 +18,7 @@ alternative"):
 Each pair carries ``prompt_alt``: the prompt of the same (task, t) under another perturbation seed whose action
 prefix is identical (the same latent state, Eq. 6), cycling through the available seeds; and ``candidates``: the
 other distinct BC samples (shared by both views in the consistency term of
-:mod:`r2v_train.dpo_consistency`). Completions are in the BC format (:func:`r2v_agents.prompts.format_completion`).
+:mod:`r2v_train.chain.dpo_consistency`). Completions are in the BC format (:func:`r2v_agents.prompts.format_completion`).
 
 Output: ``out_dir/pairs.parquet``. Contexts are processed in chunks written atomically to ``out_dir/chunks/``,
 so a killed stage resumes at the first missing chunk.

@@ -2,11 +2,11 @@
 
 :func:`bc_stage` builds the BC rows from the *episode-success subset* of D_traj (Sec. 3.1) with the inference
 prompt builder (:func:`r2v_agents.prompts.build_prompt`, no train/serve skew) and trains with
-:func:`r2v_train.bc.train_bc` (TRL SFT; LoRA via ``lora_r``). The initial model is ``base_model`` (a local
+:func:`r2v_train.chain.bc.train_bc` (TRL SFT; LoRA via ``lora_r``). The initial model is ``base_model`` (a local
 model directory) or, when empty, a tiny Qwen2 with a tokenizer trained on D_traj text (:mod:`r2v_agents.tiny`),
 saved once in ``out_dir/init`` so that a resumed run continues from the very same weights and vocabulary.
 
-:func:`dpo_stage` trains :class:`r2v_train.dpo_consistency.ConsistencyDPOTrainer` on the pairs of stage 5 with the
+:func:`dpo_stage` trains :class:`r2v_train.chain.dpo_consistency.ConsistencyDPOTrainer` on the pairs of stage 5 with the
 BC model frozen as reference (a distinct in-memory copy: with ref_model=None TRL reloads the reference by name),
 resuming from its newest checkpoint, and saves ``out_dir/model`` atomically.
 
@@ -28,8 +28,8 @@ from r2v_agents.prompts import action_style, build_prompt, format_completion, re
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer
 from r2v_envs.errors import EmptyDatasetError
-from r2v_train.augment import rename_goal_objects
-from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
+from r2v_train.chain.augment import rename_goal_objects
+from r2v_train.chain.bc import DONE_FILE, MODEL_DIR, BCConfig, save_model_atomically, train_bc
 
 INIT_DIR = "init"
 CHECKPOINTING_MIN_PARAMS = 100_000_000  # DPO recomputes activations for models this large (memory on CPU)
@@ -71,7 +71,7 @@ class BCStageConfig:
     seed: int = 0
     """training and tiny-model seed"""
     rename_copies: int = 0
-    """copies of each BC row with the goal's object class renamed (:mod:`r2v_train.augment`; ALFWorld goals,
+    """copies of each BC row with the goal's object class renamed (:mod:`r2v_train.chain.augment`; ALFWorld goals,
     inert elsewhere): a small SLM then copies the goal's object instead of writing the most frequent class"""
 
     def identity(self) -> dict[str, Any]:
@@ -163,7 +163,7 @@ def bc_stage(cfg: BCStageConfig, traj: Sequence[str | os.PathLike], out_dir: str
 
 def dpo_stage(cfg: DPOStageConfig, bc_model: str, pairs: str, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Train DPO + consistency into ``out_dir/model``; returns its path, step count and last logged JSD."""
-    from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer  # torch + TRL
+    from r2v_train.chain.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer  # torch + TRL
 
     out_dir = os.fspath(out_dir)
     final = os.path.join(out_dir, MODEL_DIR)

@@ -14,7 +14,7 @@ from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import MLPRouter
 from r2v_envs.errors import BackendUnavailableError
 from r2v_eval.agents import register_run_dir_agent
-from r2v_train.chain import MANIFEST
+from r2v_train.chain.stages import MANIFEST
 from r2v_train.pipeline import agents_from_run, load_config
 
 

@@ -2,10 +2,10 @@
 
 After the evaluation, with the yaml's ``router_variants``, ``counterfactual`` and ``repeats`` sections:
 
-* :func:`evaluate_variants`: each named router setting (:mod:`r2v_train.router_variants`) is trained on the run's
+* :func:`evaluate_variants`: each named router setting (:mod:`r2v_train.router.settings`) is trained on the run's
   router data into ``<run>/router_variants/<name>/`` and evaluated routed on the main condition
   (``eval/runs/<cond>/r2v@<name>``), with paired differences against the heuristic and entropy routers on the same
-  episodes. Counterfactual labels (:mod:`r2v_train.counterfactual`) are made first where a setting trains on them
+  episodes. Counterfactual labels (:mod:`r2v_train.router.counterfactual`) are made first where a setting trains on them
   (``<run>/counterfactual/{train,valid}``), and with ``counterfactual.oracle`` the counterfactual oracle runs next
   to the paper's (``eval/runs/<cond>/cf_oracle``, its labels in ``<run>/counterfactual/test``).
   Everything goes to ``eval/variants.json``.
@@ -39,12 +39,20 @@ from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, Router
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.stats import episode_outcomes, paired_bootstrap
-from r2v_train.chain import STAGES, run_chain, stage_paths
-from r2v_train.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
-from r2v_train.evaluate import Agents, EvalConfig, cheapest_within, evaluate, load_results, run_method, run_metrics
-from r2v_train.narrate import say
-from r2v_train.router_train import RouterData
-from r2v_train.router_variants import resolve_variants, router_rows, train_variant, variant_config
+from r2v_train.chain.stages import STAGES, run_chain, stage_paths
+from r2v_train.evaluation.methods import (
+    Agents,
+    EvalConfig,
+    cheapest_within,
+    evaluate,
+    load_results,
+    run_method,
+    run_metrics,
+)
+from r2v_train.router.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
+from r2v_train.router.settings import resolve_variants, router_rows, train_variant, variant_config
+from r2v_train.router.train import RouterData
+from r2v_train.runtime.narrate import say
 
 VARIANTS_FILE, REPEATS_FILE, MATCHED_FILE = "variants.json", "repeats.json", "matched.json"
 ROUTER_DATA_METHODS = ("entropy", "heuristic", "r2v")

@@ -3,16 +3,16 @@
 The same command runs on a laptop CPU, one GPU, DDP over 4 GPUs or DeepSpeed ZeRO-3 (configs in
 ``r2v_train/configs/accelerate/``; run from the repository root)::
 
-    accelerate launch --cpu --num_processes 1 -m r2v_train.launch bc --model runs/base --data bc.jsonl \\
+    accelerate launch --cpu --num_processes 1 -m r2v_train.chain.launch bc --model runs/base --data bc.jsonl \\
         --cfg.output-dir runs/bc --cfg.max-steps 100
-    accelerate launch --config_file r2v_train/configs/accelerate/ddp_4gpu.yaml -m r2v_train.launch bc \\
+    accelerate launch --config_file r2v_train/configs/accelerate/ddp_4gpu.yaml -m r2v_train.chain.launch bc \\
         --model Qwen/Qwen2.5-1.5B --data bc.jsonl --cfg.output-dir runs/bc --cfg.lora-r 16
-    accelerate launch --config_file r2v_train/configs/accelerate/zero3_4gpu.yaml -m r2v_train.launch dpo \\
+    accelerate launch --config_file r2v_train/configs/accelerate/zero3_4gpu.yaml -m r2v_train.chain.launch dpo \\
         --model runs/bc/model --data pairs.jsonl --output-dir runs/dpo --consistency-coef 0.2
 
 ``--data`` is a ``.jsonl``/``.json``/``.parquet`` file (or a directory of them) with the stage's columns: BC's
-``prompt``/``completion`` (:mod:`r2v_train.bc`), DPO's ``prompt``/``chosen``/``rejected`` plus optional
-``prompt_alt``/``candidates`` (:mod:`r2v_train.dpo_consistency`). Under accelerate, the HF Trainer picks up
+``prompt``/``completion`` (:mod:`r2v_train.chain.bc`), DPO's ``prompt``/``chosen``/``rejected`` plus optional
+``prompt_alt``/``candidates`` (:mod:`r2v_train.chain.dpo_consistency`). Under accelerate, the HF Trainer picks up
 the process group and DeepSpeed plugin from the launcher; only rank 0 writes the final model (gathered from
 ZeRO-3 shards). Both stages resume from their newest checkpoint and skip a finished ``model/``.
 
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from r2v_envs.fileio import jsonable
-from r2v_train.bc import DONE_FILE, MODEL_DIR, BCConfig, _has_checkpoint, save_trained, train_bc
+from r2v_train.chain.bc import DONE_FILE, MODEL_DIR, BCConfig, _has_checkpoint, save_trained, train_bc
 
 
 @dataclass
@@ -106,7 +106,7 @@ def run_dpo(args: DPOLaunch) -> str:
         return final
     from transformers import AutoModelForCausalLM
 
-    from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer  # torch + TRL
+    from r2v_train.chain.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer  # torch + TRL
 
     checkpoints = os.path.join(args.output_dir, "checkpoints")
     config = ConsistencyDPOConfig(

@@ -2,7 +2,7 @@
 
 Public API (stable; ``r2v pipeline``, evaluation and reports build on it)::
 
-    from r2v_train.chain import ChainConfig, run_chain, stage_paths
+    from r2v_train.chain.stages import ChainConfig, run_chain, stage_paths
     outputs = run_chain(ChainConfig(...), "runs/r2v")   # {stage: {"dir", "outputs", "wall_s", "skipped"}}
 
 Run-directory layout (``stage_paths(run_dir)`` returns these paths):
@@ -53,14 +53,14 @@ from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.provenance import git_revision, package_versions
-from r2v_train import collect, policy_stages, preferences
-from r2v_train.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
-from r2v_train.narrate import describe_stage, duration, eta_text, say
-from r2v_train.policy_stages import BCStageConfig, DPOStageConfig
-from r2v_train.preferences import PreferenceConfig
-from r2v_train.router_bagging import fit_router
-from r2v_train.router_train import RouterData, RouterTrainConfig
-from r2v_train.runtime import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
+from r2v_train.chain import collect, policy_stages, preferences
+from r2v_train.chain.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
+from r2v_train.chain.policy_stages import BCStageConfig, DPOStageConfig
+from r2v_train.chain.preferences import PreferenceConfig
+from r2v_train.router.bagging import fit_router
+from r2v_train.router.train import RouterData, RouterTrainConfig
+from r2v_train.runtime.cpu import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
+from r2v_train.runtime.narrate import describe_stage, duration, eta_text, say
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
 MARKER, MANIFEST = "stage.json", "manifest.json"
@@ -86,7 +86,7 @@ class ChainConfig:
     threads: int = 2
     """torch CPU threads of the training stages"""
     cpu_kernels: str = "native"
-    """CPU kernel paths of torch, MKL and oneDNN (r2v_train.runtime.CPU_KERNELS): ``native`` lets them pick by
+    """CPU kernel paths of torch, MKL and oneDNN (r2v_train.runtime.cpu.CPU_KERNELS): ``native`` lets them pick by
     this CPU's vector ISA, so an AVX2 machine and an AVX512 one train different weights from the same config;
     ``avx2`` pins all three to AVX2, so x86-64 machines that have it compute the same floats"""
     progress: bool = True

@@ -1,7 +1,7 @@
 """The markdown report of a run: Table 1, per-perturbation results, router calibration, ablations and plots.
 
-Rendered only from ``<run>/eval/results.json`` (see :mod:`r2v_train.evaluate`) and the ablation results in
-``<run>/ablations/*.json`` (see :mod:`r2v_train.ablations`), so every number in ``report.md`` can be traced to
+Rendered only from ``<run>/eval/results.json`` (see :mod:`r2v_train.evaluation.methods`) and the ablation results in
+``<run>/ablations/*.json`` (see :mod:`r2v_train.evaluation.ablations`), so every number in ``report.md`` can be traced to
 the shards it was computed from. Plots (PNG, matplotlib's Agg backend, no display needed):
 
 * ``pareto.png``: success vs teacher usage (LLM%) of every method with 95% CI bars and the Pareto frontier of
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.fileio import atomic_write
-from r2v_train.evaluate import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
-from r2v_train.router_study import study_tables
+from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
+from r2v_train.evaluation.study import study_tables
 
 REPORT_FILE = "report.md"
 ABLATION_TITLES = {
@@ -213,7 +213,7 @@ def _save(fig: Any, path: str | os.PathLike) -> None:
 
 # ------------------------------------------------------------------------------------------------ report
 def load_ablations(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """``<run_dir>/ablations/<name>.json`` files written by :mod:`r2v_train.ablations`."""
+    """``<run_dir>/ablations/<name>.json`` files written by :mod:`r2v_train.evaluation.ablations`."""
     out = {}
     d = Path(run_dir) / "ablations"
     for name in ABLATION_TITLES:

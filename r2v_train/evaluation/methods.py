@@ -48,8 +48,8 @@ from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_eval.stats import bootstrap_episodes, episode_outcomes, paired_bootstrap, pareto_front  # noqa: F401
-from r2v_train import calibration
-from r2v_train.router_train import RouterData
+from r2v_train.router import calibration
+from r2v_train.router.train import RouterData
 
 METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")
 METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "Heuristic router", "r2v": "R2V",

@@ -59,12 +59,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from r2v_agents.features import FEATURE_NAMES
-from r2v_agents.trajectory_features import FEATURE_SETS
 from r2v_agents.shards import load_table
+from r2v_agents.trajectory_features import FEATURE_SETS
 from r2v_envs.errors import FeatureSpecError, UnknownChoiceError
 from r2v_envs.fileio import atomic_write
-from r2v_train import calibration
-from r2v_train.losses import COST_SCALES, brier, cvar, scaled_routing_cost, seed_risk
+from r2v_train.router import calibration
+from r2v_train.router.losses import COST_SCALES, brier, cvar, scaled_routing_cost, seed_risk
 
 if TYPE_CHECKING:
 
@@ -105,13 +105,13 @@ class RouterTrainConfig:
         "help": "router inputs: full (Eq. 6's 15) | trajectory (those + r2v_agents.trajectory_features)"})
     labels: str = field(default="episode", metadata={
         "help": "step labels: episode (Eq. 7, y_t = 1[episode failed]) | counterfactual (y_cf: one teacher action "
-                "at t rescues the episode; r2v_train.counterfactual) | deviation (Eq. 7 and the SLM's action differs "
+                "at t rescues the episode; r2v_train.router.counterfactual) | deviation (Eq. 7 and the SLM's action differs "
                 "from the env's expert action at t: the failing rollout's steps the SLM got wrong)"})
     cost_scale: str = field(default="paper", metadata={
         "help": "scale of ell_route on which alpha and epsilon are read: paper (Eq. 8 in teacher calls) | max "
                 "(/ its largest step value) | regret (excess over the step's best decision, = |p - y| at the "
                 "default kappa) | miss (its failure side: failing steps left to the SLM; Table 5's epsilon grid "
-                "binds monotonically); see r2v_train.losses.COST_SCALES"})
+                "binds monotonically); see r2v_train.router.losses.COST_SCALES"})
     hidden: tuple[int, ...] = field(default=(128, 64), metadata={"help": "MLP hidden widths"})
     dropout: float = field(default=0.2, metadata={"help": "dropout after each hidden layer"})
     recalibration: str = field(default="platt", metadata={
@@ -123,7 +123,7 @@ class RouterTrainConfig:
         "help": "highest validation escalation rate allowed by threshold_rule=budget"})
     bag: int = field(default=1, metadata={
         "help": "routers averaged (probabilities) into one: 1 = the paper's single router; > 1 = a bagged router "
-                "(r2v_train.router_bagging)"})
+                "(r2v_train.router.bagging)"})
     bag_folds: int = field(default=4, metadata={
         "help": "with bag > 1: member m trains on the rollouts outside fold m mod K of a K-fold split of the "
                 "training rollouts (1: every member on all of them, differing only in seed)"})

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.losses import cvar, step_costs
+from r2v_train.router.losses import cvar, step_costs
 
 THRESHOLD_RULES = ("min_cost", "bayes", "budget", "cvar_budget")
 
@@ -213,7 +213,7 @@ def objective_curve(p: np.ndarray, y: np.ndarray, taus: np.ndarray, c_slm: float
     _, rollout = np.unique(rollout, return_inverse=True)  # contiguous ids of non-empty rollouts
     groups = int(rollout.max()) + 1
     sizes = np.bincount(rollout, minlength=groups).astype(np.float64)
-    m = alpha * groups  # CVaR tail mass in rollouts, as in r2v_train.losses.cvar
+    m = alpha * groups  # CVaR tail mass in rollouts, as in r2v_train.router.losses.cvar
     k = min(int(np.floor(m + 1e-9)), groups)
     frac = m - k if k < groups and m - k > 1e-9 else 0.0
     order = np.argsort(first, kind="stable")
