@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from r2v_envs.textworld.generate import ensure_game, game_path, generate_games, missing_games
-from r2v_train.pipeline import DEFAULT_CONFIG, load_config
+from r2v_train.config import DEFAULT_CONFIG, load_config
 from r2v_train.runtime.prefetch import needed_games
 
 

@@ -148,6 +148,7 @@ class TextEnv(gym.Env[str, str]):
         self._episode_index = -1
         self._step_count = 0
         self._task_id: str | None = None
+        self._task_split = self.split
         self._goal = ""
         self._last_obs = ""
 
@@ -178,6 +179,14 @@ class TextEnv(gym.Env[str, str]):
         if split not in self._split_cache:
             self._split_cache[split] = self._split_ids(split)
         return self._split_cache[split]
+
+    def task_split(self, task_id: str) -> str:
+        """The split that holds ``task_id`` (``info["split"]``): a test task picked by id on an env made with
+        the default split is still a test task in every logged row."""
+        for split in dict.fromkeys([*([self.split] if self.split != "all" else []), *SPLITS]):
+            if task_id in self.task_ids(split):
+                return split
+        return self.split
 
     def _split_ids(self, split: str) -> list[str]:
         ids = self._task_ids()
@@ -213,6 +222,7 @@ class TextEnv(gym.Env[str, str]):
         self._episode_index = int(options.get("episode_index", default_index))
         self._step_count = 0
         self._task_id = self._select_task(options)
+        self._task_split = self.task_split(self._task_id)
         obs, info = self._reset_task(self._task_id)
         self._goal = info.get("goal", "")
         self._last_obs = obs
@@ -242,7 +252,7 @@ class TextEnv(gym.Env[str, str]):
         info.setdefault("score", 0.0)
         info.setdefault("channel", "observation")
         info.update(task_id=self._task_id, step=self._step_count, perturbation_seed=self.perturbation_seed,
-                    perturbations=[], benchmark=self.benchmark, split=self.split,
+                    perturbations=[], benchmark=self.benchmark, split=self._task_split,
                     episode_index=self._episode_index)
         return info
 

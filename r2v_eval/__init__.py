@@ -8,5 +8,5 @@ agents' heavy dependencies (openai, torch, transformers) load when an agent is b
 
 Layering: ``r2v_train`` (the R2V chain and its Table 1) -> ``r2v_eval`` -> ``r2v_agents`` -> ``r2v_envs``; nothing
 here imports ``r2v_train``, so evaluating an outside agent needs no training code (run-directory agents are
-registered by ``r2v_train.evaluation.run_agents``).
+declared by ``r2v_train`` as ``r2v.agents`` entry points).
 """

@@ -284,8 +284,9 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
               "temperature": opts.temperature}
         name = f"hf:{os.path.basename(os.path.normpath(path))}"
         return HFChatAgent.from_pretrained(path, device=opts.device, **kw), name
-    if spec.startswith(("slm:", "r2v:")):
-        return run_dir_agent(spec[:3], spec[4:]), spec[:3]
+    kind, _, arg = spec.partition(":")
+    if arg and kind in plugin_agents():
+        return plugin_agent(kind, arg), kind
     if ":" in spec:
         obj = load_callable(spec)
         if isinstance(obj, type):
@@ -295,22 +296,27 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
                                                   "module:callable"))
 
 
-# Agents read from a training run directory (``slm:DIR``, ``r2v:DIR``) are built by the training package, which
-# registers them here when the ``r2v`` command loads (r2v_train.evaluation.run_agents): evaluation never imports training code.
-RUN_DIR_AGENTS: dict[str, Callable[[str], BatchPolicy]] = {}
+# Agent kinds that installed packages provide (``KIND:ARG`` specs) through the ``r2v.agents`` entry points of their
+# pyproject.toml: the training package declares ``slm`` and ``r2v`` (its run directories), so ``r2v eval`` and
+# ``python -m r2v_eval`` accept the same specs while evaluation never imports training code.
+AGENT_ENTRY_POINTS = "r2v.agents"
 
 
-def register_run_dir_agent(kind: str, build: Callable[[str], BatchPolicy]) -> None:
-    """Make ``KIND:RUN_DIR`` agent specs build ``build(run_dir)``."""
-    RUN_DIR_AGENTS[kind] = build
+def plugin_agents() -> dict[str, Any]:
+    """``kind -> entry point`` of the agent kinds installed packages declare."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=AGENT_ENTRY_POINTS)}
 
 
-def run_dir_agent(kind: str, run_dir: str) -> BatchPolicy:
-    """The SLM alone (``slm``) or the routed R2V agent (``r2v``) of a training run directory."""
-    if kind not in RUN_DIR_AGENTS:
-        raise BackendUnavailableError(f"{kind}:{run_dir}", "run-directory agents come with the training package: "
-                                      "use the `r2v eval` command (or import r2v_train.evaluation.run_agents first)")
-    return RUN_DIR_AGENTS[kind](run_dir)
+def plugin_agent(kind: str, arg: str) -> BatchPolicy:
+    """The agent a ``KIND:ARG`` spec names, built by the package that declares ``kind``."""
+    found = plugin_agents()
+    if kind not in found:
+        raise BackendUnavailableError(f"{kind}:{arg}", f"no installed package declares the agent kind {kind!r} "
+                                      f"(entry points of group {AGENT_ENTRY_POINTS!r}; `pip install -e .` declares "
+                                      "slm and r2v)")
+    return found[kind].load()(arg)
 
 
 def agent_concurrency(policy: Any) -> int:

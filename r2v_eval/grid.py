@@ -134,9 +134,7 @@ def resolve_tasks(grid: GridConfig, env_id: str) -> list[str]:
 
     env = gym.make(env_id, seed=0, **{**grid.kwargs_for(env_id), "perturbations": None})
     try:
-        base = env.unwrapped
-        base.split = grid.split
-        ids = list(base.split_task_ids())
+        ids = list(env.unwrapped.task_ids(grid.split))
     finally:
         env.close()
     return ids[:grid.tasks] if grid.tasks else ids

@@ -1,13 +1,15 @@
-"""The ``r2v`` command: one subcommand per job, and every command line of the package.
+"""The ``r2v`` command: one dispatch table (:data:`COMMANDS`) for every subcommand of the package.
 
     r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v   # the whole chain + report
-    r2v evaluate | report | ablate-features | ablate-closed-source | ablate-cvar | ablate-consistency
-    r2v train --run-dir runs/r2v --preset tiny   # the training chain only (Algorithm 1); also per stage:
-    r2v collect | preferences | distill | router-train
-    r2v rollout                       # expert + random baseline through perturbed envs, success table
-    r2v eval --agent AGENT --envs ... --perturbations ...   # any agent's robustness report (r2v_eval.cli)
-    r2v textworld-generate --suite default --workers 2
-    r2v doctor                        # what this machine gives the suite (sandbox, Docker, GPU, cache, extras)
+    r2v eval --agent AGENT --envs R2V/TextWorld-v0 --tasks 20                 # any agent's robustness report
+    r2v train --run-dir runs/r2v --preset tiny                                # the training chain only
+    r2v doctor                                                                # what this machine gives the suite
+
+``r2v`` alone (or ``r2v --help``) lists every command with one line each; ``r2v CMD --help`` gives its flags.
+
+Example:
+    >>> sorted(COMMANDS)[:4]
+    ['ablate-closed-source', 'ablate-consistency', 'ablate-cvar', 'ablate-cvar-deviation']
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,16 +25,50 @@ import tyro
 
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main
+from r2v_train import run_dir as paths
 from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
-from r2v_train.chain.stages import ChainConfig, run_chain
-from r2v_train.configs import preset
+from r2v_train.chain.stages import ChainConfig, run_chain, set_threads
+from r2v_train.config import DEFAULT_CONFIG, PipelineConfig, load_config, preset, read_config
 from r2v_train.doctor import DoctorArgs, doctor
-from r2v_train.evaluation import run_agents  # noqa: F401 - registers the slm:/r2v: run-directory agents of `r2v eval`
+from r2v_train.evaluation.agents import agents_from_run
+from r2v_train.evaluation.methods import evaluate, methods_table
+from r2v_train.evaluation.report import ablation_table, write_report
 from r2v_train.evaluation.rollout import RolloutArgs, rollout, success_table
-from r2v_train.pipeline import register_commands
+from r2v_train.pipeline import run_ablation, run_pipeline, run_study, summary_text
 from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainArgs, RouterTrainResult, train_router
-from r2v_train.runtime.cpu import keep_freed_memory
-from r2v_train.table1 import register_commands as table1_commands
+from r2v_train.runtime.cpu import keep_freed_memory, pin_cpu_kernels
+from r2v_train.table1 import Table1Args, table1_main
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``r2v`` subcommand: a line of help and the function that takes its argument list."""
+
+    summary: str
+    run: Callable[[list[str]], Any]
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+@dataclass
+class PipelineArgs:
+    """Run the whole R2V pipeline (chain, evaluation, ablations, report) into a run directory; resumable."""
+
+    config: str = str(DEFAULT_CONFIG)
+    """YAML config (default: the embedded CPU default)"""
+    run_dir: str = "runs/r2v"
+    """run directory (a rerun resumes)"""
+    progress: bool | None = None
+    """progress bars on stderr (default: the config's ``progress:``, itself on by default); off for logs"""
+
+
+@dataclass
+class RunDirArgs:
+    """Act on an existing run directory made by ``r2v pipeline`` (or the chain) with the same config."""
+
+    run_dir: str = "runs/r2v"
+    """run directory"""
+    config: str = str(DEFAULT_CONFIG)
+    """the YAML config the run was made with"""
 
 
 @dataclass
@@ -41,28 +77,6 @@ class GenerateArgs:
     """TextWorld suite to pre-generate (default, small)"""
     workers: int = 2
     """parallel generator processes"""
-
-
-def _rollout(args: RolloutArgs) -> None:
-    records = rollout(args)
-    print(f"\n{args.env_id} / split={args.split} / seeds={list(args.seeds)}\n")
-    print(success_table(records))
-
-
-def _generate(args: GenerateArgs) -> None:
-    paths = pregenerate(args.suite, args.workers)
-    print(f"{len(paths)} games in {cache_root()}")
-
-
-def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
-    """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
-    directories or .parquet files)."""
-    load = lambda p: RouterData.read_parquet(p) if str(p).endswith(".parquet") else RouterData.from_run(p)  # noqa: E731
-    result = train_router(load(args.train), load(args.valid), args.config, run_dir=args.run_dir)
-    valid = result.metrics["valid"]
-    print(f"router: threshold {result.threshold:.3f}, valid ECE {valid['ece']:.4f}, Brier {valid['brier']:.4f}, "
-          f"escalation {valid['escalation_rate']:.1%} -> {os.path.join(args.run_dir, ROUTER_FILE)}")
-    return result
 
 
 @dataclass
@@ -83,10 +97,78 @@ class ChainArgs:
     """rerun these stages (and the ones after them) even when complete"""
 
 
-def chain_main(argv: Sequence[str] | None = None, stages: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+# ------------------------------------------------------------------------------------------------ commands
+def _use_chain_threads(cfg: PipelineConfig) -> None:
+    """Torch threads and CPU kernels as in the chain (``r2v pipeline`` evaluates in the chain's process)."""
+    pin_cpu_kernels(cfg.chain.cpu_kernels)
+    set_threads(cfg.chain.threads)
+
+
+def pipeline(args: PipelineArgs) -> dict[str, Any]:
+    data = read_config(args.config)
+    if args.progress is not None:
+        data["progress"] = args.progress
+    summary = run_pipeline(load_config(data), args.run_dir)
+    print(summary_text(summary))
+    return summary
+
+
+def evaluate_run(args: RunDirArgs) -> None:
+    cfg = load_config(args.config)
+    _use_chain_threads(cfg)
+    r = evaluate(agents_from_run(cfg.chain, args.run_dir), cfg.evaluate, paths.eval_dir(args.run_dir))
+    print(methods_table(r["conditions"][r["main_condition"]]))
+
+
+def report(args: RunDirArgs) -> None:
+    print(write_report(args.run_dir))
+
+
+def router_study(args: RunDirArgs) -> None:
+    """Only the router study (settings, counterfactual oracle, repeats) on a finished run, then the report."""
+    cfg = load_config(args.config)
+    _use_chain_threads(cfg)
+    run_study(cfg, args.run_dir)
+    print(write_report(args.run_dir))
+
+
+def ablate(name: str) -> Callable[[RunDirArgs], None]:
+    def cmd(args: RunDirArgs) -> None:
+        cfg = load_config(args.config)
+        _use_chain_threads(cfg)
+        out = run_ablation(name, cfg, args.run_dir)
+        print(ablation_table(out["rows"]))
+        if paths.results_file(paths.eval_dir(args.run_dir)).exists():
+            print(write_report(args.run_dir))
+    return cmd
+
+
+def rollout_table(args: RolloutArgs) -> None:
+    records = rollout(args)
+    print(f"\n{args.env_id} / split={args.split} / seeds={list(args.seeds)}\n")
+    print(success_table(records))
+
+
+def generate(args: GenerateArgs) -> None:
+    games = pregenerate(args.suite, args.workers)
+    print(f"{len(games)} games in {cache_root()}")
+
+
+def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
+    """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
+    directories or .parquet files)."""
+    load = lambda p: RouterData.read_parquet(p) if str(p).endswith(".parquet") else RouterData.from_run(p)  # noqa: E731
+    result = train_router(load(args.train), load(args.valid), args.config, run_dir=args.run_dir)
+    valid = result.metrics["valid"]
+    print(f"router: threshold {result.threshold:.3f}, valid ECE {valid['ece']:.4f}, Brier {valid['brier']:.4f}, "
+          f"escalation {valid['escalation_rate']:.1%} -> {os.path.join(args.run_dir, ROUTER_FILE)}")
+    return result
+
+
+def chain_main(argv: Sequence[str], stages: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     """``r2v train`` (every stage) or a stage command (``stages``: only those, stopping where upstream outputs are
     missing): the chain's flags over one run directory."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(argv)
     pre = "default"
     for i, a in enumerate(argv):  # the preset picks the defaults that the other flags then override
         if a == "--preset" and i + 1 < len(argv):
@@ -106,33 +188,70 @@ def chain_main(argv: Sequence[str] | None = None, stages: Sequence[str] | None =
     return results
 
 
-def _commands() -> dict[str, tuple[Any, type]]:
-    return {**register_commands(), **table1_commands(), "rollout": (_rollout, RolloutArgs), "textworld-generate": (_generate, GenerateArgs),
-            "train-bc": (run_bc, BCLaunch), "train-dpo": (run_dpo, DPOLaunch),
-            "router-train": (router_train_main, RouterTrainArgs), "doctor": (doctor, DoctorArgs)}
+def _flags(fn: Callable[[Any], Any], cls: type, name: str) -> Callable[[list[str]], Any]:
+    """A command whose flags are the fields of the dataclass ``cls`` (parsed by tyro)."""
+    return lambda argv: fn(tyro.cli(cls, args=argv, prog=f"r2v {name}"))
 
 
-COMMANDS = _commands()
-# The chain's command lines (they parse their own arguments: the preset picks the defaults the flags override).
-CHAIN_COMMANDS: dict[str, tuple[str, ...] | None] = {
-    "train": None, "collect": ("split", "teacher", "replay", "router_data"), "preferences": ("preferences",),
-    "distill": ("bc", "dpo")}
+def _chain(stages: Sequence[str] | None) -> Callable[[list[str]], Any]:
+    return lambda argv: chain_main(argv, stages)
+
+
+_ABLATIONS = {"features": "Table 6: the router's feature groups removed one at a time",
+              "closed-source": "Table 7: the router without the SLM's internals (closed-source features)",
+              "cvar": "Table 5: the CVaR grid (alpha x epsilon)",
+              "cvar-scaled": "Table 5's grid on the miss-scale budget (the scaled setting)",
+              "cvar-deviation": "Table 5's grid on the deviation_scaled setting",
+              "consistency": "Table 4: the lambda_cons sweep of DPO + consistency",
+              "feature-sets": "the router on named feature sets"}
+
+COMMANDS: dict[str, Command] = {
+    "pipeline": Command("the whole chain, the evaluation, ablations, router study and report (resumable)",
+                        _flags(pipeline, PipelineArgs, "pipeline")),
+    "table1": Command("each benchmark's pipeline preset, then one Table 1 over them",
+                      _flags(table1_main, Table1Args, "table1")),
+    "eval": Command("any agent's robustness report over envs x perturbations (also compare, show, report)",
+                    lambda argv: eval_main(argv)),
+    "train": Command("the training chain (Algorithm 1) over one run directory", _chain(None)),
+    "collect": Command("the chain's rollout stages: split, teacher, replay, router data",
+                       _chain(("split", "teacher", "replay", "router_data"))),
+    "preferences": Command("the chain's preference stage", _chain(("preferences",))),
+    "distill": Command("the chain's BC and DPO + consistency stages", _chain(("bc", "dpo"))),
+    "train-bc": Command("BC alone on prompt/completion rows (also under accelerate launch)",
+                        _flags(run_bc, BCLaunch, "train-bc")),
+    "train-dpo": Command("DPO + consistency alone on preference rows (also under accelerate launch)",
+                         _flags(run_dpo, DPOLaunch, "train-dpo")),
+    "router-train": Command("a router on router rows of two runner directories",
+                            _flags(router_train_main, RouterTrainArgs, "router-train")),
+    "evaluate": Command("Table 1's methods on a finished run", _flags(evaluate_run, RunDirArgs, "evaluate")),
+    "router-study": Command("named router settings, the counterfactual oracle and repeats on a finished run",
+                            _flags(router_study, RunDirArgs, "router-study")),
+    "report": Command("report.md and plots of a run", _flags(report, RunDirArgs, "report")),
+    **{f"ablate-{name}": Command(text, _flags(ablate(name.replace("-", "_")), RunDirArgs, f"ablate-{name}"))
+       for name, text in _ABLATIONS.items()},
+    "rollout": Command("the expert and a random agent through each perturbation: a one-minute success table",
+                       _flags(rollout_table, RolloutArgs, "rollout")),
+    "textworld-generate": Command("pre-generate a TextWorld suite in parallel",
+                                  _flags(generate, GenerateArgs, "textworld-generate")),
+    "doctor": Command("what this machine gives the suite: sandbox, Docker, GPU, cache, extras",
+                      _flags(doctor, DoctorArgs, "doctor")),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  r2v {name:<{width}}  {c.summary}" for name, c in COMMANDS.items()]
+    return "usage: r2v COMMAND [flags]   (r2v COMMAND --help for its flags)\n\n" + "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> Any:
     """Run one ``r2v`` subcommand; returns what it returns (for scripting and tests)."""
     keep_freed_memory()  # CPU training and sampling reuse large blocks instead of page-faulting fresh ones
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in CHAIN_COMMANDS:
-        return chain_main(argv[1:], stages=CHAIN_COMMANDS[argv[0]])
-    if argv and argv[0] == "eval":  # parses its own arguments (and its compare/show/report subcommands)
-        return eval_main(argv[1:])
+    argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in COMMANDS:
-        print(__doc__.strip())
-        print("\ncommands: " + ", ".join([*COMMANDS, *CHAIN_COMMANDS, "eval"]))
+        print(usage())
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
-    fn, cls = COMMANDS[argv[0]]
-    return fn(tyro.cli(cls, args=argv[1:], prog=f"r2v {argv[0]}"))
+    return COMMANDS[argv[0]].run(argv[1:])
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import atomic_write, write_json_atomic
+from r2v_train.config import CONFIG_DIR, load_config
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
-from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline
+from r2v_train.pipeline import run_pipeline
+from r2v_train.run_dir import eval_dir, pipeline_file, results_file
 from r2v_train.runtime.narrate import say
 
 BENCHMARKS: tuple[str, ...] = ("alfworld", "humaneval", "terminalbench")
@@ -88,7 +90,7 @@ def load_table1_config(source: str | os.PathLike | Mapping[str, Any]) -> Table1C
 
 def finished(sub_dir: str | os.PathLike) -> bool:
     """Whether a benchmark's sub-run completed (``run_pipeline`` writes ``pipeline.json`` last)."""
-    return (Path(sub_dir) / "pipeline.json").is_file() and (Path(sub_dir) / "eval" / "results.json").is_file()
+    return pipeline_file(sub_dir).is_file() and results_file(eval_dir(sub_dir)).is_file()
 
 
 def run_table1(cfg: Table1Config, run_dir: str | os.PathLike) -> Path:
@@ -128,8 +130,8 @@ def collect(run_dir: str | os.PathLike, benchmarks: Sequence[str]) -> dict[str, 
         entry: dict[str, Any] = {"run_dir": str(sub), "paper": {m: {"sr": v[0], "llm_pct": v[1]}
                                                                 for m, v in PAPER_TABLE1.get(b, {}).items()}}
         if finished(sub):
-            res = json.loads((sub / "eval" / "results.json").read_text())
-            pipe = json.loads((sub / "pipeline.json").read_text())
+            res = json.loads(results_file(eval_dir(sub)).read_text())
+            pipe = json.loads(pipeline_file(sub).read_text())
             cells = res["conditions"][res["main_condition"]]
             entry.update(status="done", condition=res["main_condition"], methods=cells,
                          calibration={k: {"ece": v["ece"], "brier": v["brier"]}
@@ -226,7 +228,7 @@ class Table1Args:
     """only (re)write table1.md/json from the sub-runs there are"""
 
 
-def _table1(args: Table1Args) -> None:
+def table1_main(args: Table1Args) -> None:
     cfg = load_table1_config(args.config)
     if args.benchmarks:
         cfg = load_table1_config({"benchmarks": args.benchmarks, "configs": cfg.configs})
@@ -236,7 +238,3 @@ def _table1(args: Table1Args) -> None:
     print(path.read_text())
     print(f"report: {path}")
 
-
-def register_commands() -> dict[str, tuple[Any, type]]:
-    """Subcommands for ``r2v_train.cli.COMMANDS``."""
-    return {"table1": (_table1, Table1Args)}

@@ -16,7 +16,8 @@ pytest.importorskip("fast_downward", reason="fast-downward-textworld is missing:
 pytest.importorskip("trl")
 
 from r2v_train.chain.stages import STAGES, read_marker  # noqa: E402
-from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline  # noqa: E402
+from r2v_train.config import CONFIG_DIR, load_config
+from r2v_train.pipeline import run_pipeline  # noqa: E402
 from tests.pipeline_fixtures import assert_pipeline_artifacts  # noqa: E402
 
 CONFIG = CONFIG_DIR / "alfworld-miniature.yaml"
@@ -41,7 +42,7 @@ def test_every_stage_and_artifact_on_alfworld_and_the_report_matches_the_shards(
     main = results["conditions"]["composite"]
     assert main["llm"]["sr"] > 0 and main["llm"]["llm_pct"] == 100.0 and main["slm"]["llm_pct"] == 0.0
     from r2v_agents.verifiers.alfworld import ALFWorldVerifier
-    from r2v_train.pipeline import agents_from_run
+    from r2v_train.evaluation.agents import agents_from_run
 
     slm = agents_from_run(load_config(CONFIG).chain, run_dir).slm()  # the evaluated SLM scores with ALFWorld's
     assert isinstance(slm.verifier, ALFWorldVerifier)                 # own verifier (Appendix C)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
-from r2v_train.configs.tiny import tiny_config  # noqa: E402
+from r2v_train.config import tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,8 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     from pathlib import Path
 
     from r2v_train.evaluation.methods import METHODS
-    from r2v_train.pipeline import CONFIG_DIR, load_config, run_pipeline
+    from r2v_train.config import CONFIG_DIR, load_config
+from r2v_train.pipeline import run_pipeline
     from tests.eval_fixtures import assert_report_matches_shards
 
     run_dir = Path(chain[0])

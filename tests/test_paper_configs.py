@@ -9,7 +9,7 @@ import pytest
 from r2v_agents.verifiers import VERIFIERS, verifier_for
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.chain.collect import RouterDataConfig, TeacherConfig, make_sampler, make_teacher
-from r2v_train.pipeline import load_config
+from r2v_train.config import load_config
 
 PRESETS = sorted(glob.glob("r2v_train/configs/paper/*.yaml"))
 

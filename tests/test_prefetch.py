@@ -12,7 +12,7 @@ from r2v_envs.textworld import generate
 from r2v_envs.textworld.suite import get_suite
 from r2v_train.chain.collect import EnvConfig, SplitConfig, split_stage
 from r2v_train.chain.stages import STAGES, ChainConfig, run_chain
-from r2v_train.pipeline import load_config
+from r2v_train.config import load_config
 from r2v_train.runtime.cpu import prefetch
 from r2v_train.runtime.narrate import describe_stage
 

@@ -11,7 +11,7 @@ import r2v_envs  # noqa: F401
 from r2v_agents.routers import MLPRouter
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.chain.stages import ChainConfig, stage_key
-from r2v_train.pipeline import load_config
+from r2v_train.config import load_config
 from r2v_train.router.bagging import fit_router, member_folds
 from r2v_train.router.settings import SETTINGS, resolve_variants
 from r2v_train.router.train import RouterData, RouterTrainConfig

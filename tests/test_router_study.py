@@ -20,7 +20,7 @@ from r2v_agents.shards import load_rows
 from r2v_agents.teachers import OracleTeacher
 from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_features, trajectory_features
 from r2v_envs.errors import UnknownChoiceError
-from r2v_train.pipeline import load_config
+from r2v_train.config import load_config
 from r2v_train.router import calibration
 from r2v_train.router.counterfactual import (
     LABELS_FILE,
@@ -199,7 +199,8 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
     from r2v_agents.routers import EntropyRouter, HeuristicRouter
     from r2v_eval.stats import episode_outcomes
     from r2v_train.evaluation.methods import evaluate
-    from r2v_train.evaluation.study import _variant_row, study_tables
+    from r2v_train.evaluation.report import study_tables
+    from r2v_train.evaluation.study import _variant_row
     from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
 
     router_path, _, valid_dir, cfg = copy_trained_run(trained_run_template, tmp_path)

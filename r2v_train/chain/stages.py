@@ -2,20 +2,10 @@
 
 Public API (stable; ``r2v pipeline``, evaluation and reports build on it)::
 
-    from r2v_train.chain.stages import ChainConfig, run_chain, stage_paths
+    from r2v_train.chain.stages import ChainConfig, run_chain
     outputs = run_chain(ChainConfig(...), "runs/r2v")   # {stage: {"dir", "outputs", "wall_s", "skipped"}}
 
-Run-directory layout (``stage_paths(run_dir)`` returns these paths):
-
-    manifest.json                 config, package versions, seeds, git revision, per-stage status and wall time
-    split/split.json              stage 3: the env's 70/15/15 task split (seed 42) and the train/valid tasks used
-    teacher/                      stage 1: clean teacher episodes on the train tasks (runner shards) = D_exp
-    replay/                       stage 2: teacher actions replayed under perturbation seeds (shards) = D_pert
-    bc/model/                     stage 4: the BC policy (HF model dir + tokenizer); bc/init, bc/checkpoints
-    preferences/pairs.parquet     stage 5: prompt, chosen, rejected, prompt_alt, candidates (+ origin, scores)
-    dpo/model/                    stage 6: the distilled policy pi_theta (DPO + JSD consistency)
-    router_data/train/, valid/    stage 7: SLM-only rollouts of dpo/model (shards with router rows f_t, y_t)
-    router/router.pt              stage 8: the router with its feature spec and threshold (+ router_metrics.json)
+The run-directory layout is :mod:`r2v_train.run_dir`'s (``stage_paths(run_dir)``).
 
 (Stage 3, the split, runs first because stage 1 needs the train tasks.) Each stage directory holds
 ``stage.json`` once the stage finished: its config, its outputs, its wall time and a key. The key hashes the
@@ -27,13 +17,11 @@ key is unchanged; with a new key its directory is cleared first. Every file is w
 renamed into place.
 
 Command line (``r2v_train.cli``): ``r2v train --run-dir runs/r2v [--preset tiny] [--only bc dpo]
-[--config.bc.max-steps 50]``; presets live in :mod:`r2v_train.configs`.
+[--config.bc.max-steps 50]``; presets live in :mod:`r2v_train.config`.
 
 Example:
     >>> [s for s in STAGES]
     ['split', 'teacher', 'replay', 'bc', 'preferences', 'dpo', 'router_data', 'router']
-    >>> sorted(stage_paths("runs/x"))[:3]
-    ['bc_model', 'dpo_model', 'manifest']
 """
 
 from __future__ import annotations
@@ -59,11 +47,11 @@ from r2v_train.chain.policy_stages import BCStageConfig, DPOStageConfig
 from r2v_train.chain.preferences import PreferenceConfig
 from r2v_train.router.bagging import fit_router
 from r2v_train.router.train import RouterData, RouterTrainConfig
+from r2v_train.run_dir import MANIFEST, MARKER, stage_paths
 from r2v_train.runtime.cpu import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
 from r2v_train.runtime.narrate import describe_stage, duration, eta_text, say
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
-MARKER, MANIFEST = "stage.json", "manifest.json"
 UPSTREAM = {"split": (), "teacher": ("split",), "replay": ("teacher",), "bc": ("teacher", "replay"),
             "preferences": ("teacher", "replay", "bc"), "dpo": ("bc", "preferences"),
             "router_data": ("split", "dpo"), "router": ("router_data",)}
@@ -95,16 +83,6 @@ class ChainConfig:
     def __post_init__(self) -> None:
         if self.cpu_kernels not in CPU_KERNELS:
             raise UnknownChoiceError("cpu_kernels", self.cpu_kernels, CPU_KERNELS)
-
-
-def stage_paths(run_dir: str | os.PathLike) -> dict[str, str]:
-    """The main output paths of a run directory (see the layout in the module docstring)."""
-    d = os.fspath(run_dir)
-    j = os.path.join
-    return {"manifest": j(d, MANIFEST), "split": j(d, "split", "split.json"), "teacher": j(d, "teacher"),
-            "replay": j(d, "replay"), "bc_model": j(d, "bc", "model"), "pairs": j(d, "preferences", "pairs.parquet"),
-            "dpo_model": j(d, "dpo", "model"), "router_data_train": j(d, "router_data", "train"),
-            "router_data_valid": j(d, "router_data", "valid"), "router": j(d, "router", "router.pt")}
 
 
 def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:

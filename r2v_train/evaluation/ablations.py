@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from r2v_envs.fileio import write_json_atomic
 from r2v_train.evaluation.methods import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
 from r2v_train.router.settings import train_variant
 from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+from r2v_train.run_dir import ablation_file, ablation_point_dir
 
 ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "cvar_deviation", "feature_sets")
 CVAR_ALPHAS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
@@ -61,7 +61,7 @@ def _row(setting: str, run_dir: str | os.PathLike, cfg: EvalConfig, **extra: Any
 
 def _write(run_dir: str | os.PathLike, name: str, rows: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
     out = {"name": name, "rows": rows, **meta}
-    path = Path(run_dir) / "ablations" / f"{name}.json"
+    path = ablation_file(run_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, out)
     return out
@@ -79,7 +79,7 @@ def ablate_features(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike,
     cond, spec = _main_condition(cfg)
     rows = []
     for mask in masks:
-        out = Path(run_dir) / "ablations" / "features" / mask
+        out = ablation_point_dir(run_dir, "features", mask)
         run_method(make_policy("r2v", agents, routers, None, cfg, ablation=mask), f"r2v[{mask}]", cfg, spec, out)
         rows.append(_row(mask, out, cfg))
     return _write(run_dir, "features", rows, condition=cond)
@@ -139,7 +139,7 @@ def ablate_closed_source(agents: Agents, cfg: EvalConfig, run_dir: str | os.Path
     cond, spec = _main_condition(cfg)
     rows = []
     for variant in variants:
-        base = Path(run_dir) / "ablations" / "closed_source" / variant
+        base = ablation_point_dir(run_dir, "closed_source", variant)
         path, metrics = train_variant_router(train_dir, valid_dir, base / "router", router_cfg, variant)
         a = replace(agents, router_path=path)
         run_method(make_policy("r2v", a, build_routers(a, cfg), None, cfg), f"r2v[{variant}]", cfg, spec,
@@ -163,7 +163,7 @@ def ablate_cvar(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLike, tra
     rows = []
     for alpha in alphas:
         for eps in epsilons:
-            base = Path(run_dir) / "ablations" / name / f"a{alpha:g}_e{eps:g}"
+            base = ablation_point_dir(run_dir, name, f"a{alpha:g}_e{eps:g}")
             # train_variant: the setting's own labels and features (deviation labels for cvar_deviation)
             path, metrics = train_variant(name, {}, replace(base_cfg, alpha=float(alpha), epsilon=float(eps)),
                                           train_dir, valid_dir, base / "router")
@@ -188,7 +188,7 @@ def ablate_feature_sets(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathL
     cond, spec = _main_condition(cfg)
     rows = []
     for fs in sets:
-        base = Path(run_dir) / "ablations" / "feature_sets" / fs
+        base = ablation_point_dir(run_dir, "feature_sets", fs)
         path, metrics = train_variant(fs, {"features": fs}, base_cfg, train_dir, valid_dir, base / "router")
         run_method(RoutedPolicy(agents.slm(), agents.teacher(), MLPRouter.load(path)), f"r2v[{fs}]", cfg, spec,
                    base / "eval")
@@ -209,7 +209,7 @@ def ablate_consistency(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLi
     routers = build_routers(agents, cfg)
     rows = []
     for lam in lambdas:
-        base = Path(run_dir) / "ablations" / "consistency" / f"lam{lam:g}"
+        base = ablation_point_dir(run_dir, "consistency", f"lam{lam:g}")
         a = replace(agents, slm=retrain(float(lam), os.fspath(base / "dpo")))
         run_method(make_policy("slm", a, routers, None, cfg), "slm", cfg, spec, base / "slm")
         slm = run_metrics(base / "slm", cfg.bootstrap, cfg.bootstrap_seed)

@@ -50,12 +50,12 @@ from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_eval.stats import bootstrap_episodes, episode_outcomes, paired_bootstrap, pareto_front  # noqa: F401
 from r2v_train.router import calibration
 from r2v_train.router.train import RouterData
+from r2v_train.run_dir import RESULTS_FILE, cell_dir
 
 METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")
 METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "Heuristic router", "r2v": "R2V",
                  "oracle": "Oracle router (hindsight)", "llm": "LLM-only"}
 PERTURBATION_TYPES: tuple[str, ...] = ("flaky", "partial", "distractor", "injection")
-RESULTS_FILE = "results.json"
 HEURISTIC_FITS: tuple[str, ...] = ("match_r2v", "youden")
 
 
@@ -271,7 +271,7 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
         for method in cfg.methods:
             if method == "r2v" and "r2v" not in routers:
                 continue  # no trained router: the table shows the baselines only
-            run_dir = out / "runs" / cond / method
+            run_dir = cell_dir(out, cond, method)
             policy = make_policy(method, agents, routers, dirs.get("slm"), cfg)
             dirs[method] = run_method(policy, method, cfg, spec, run_dir, cfg.seeds_for(cond))
             cells[method] = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
@@ -306,7 +306,7 @@ def threshold_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig,
     rows = []
     for tau in sorted(set(taus)):
         swept = {**routers, method: SWEPT_ROUTERS[method](tau)}
-        run_dir = out / "runs" / cond / f"{method}@{tau:g}"
+        run_dir = cell_dir(out, cond, f"{method}@{tau:g}")
         run_method(make_policy(method, agents, swept, None, cfg), f"{method}@{tau:g}", cfg, spec, run_dir)
         rows.append({"threshold": tau, "run": os.path.relpath(run_dir, out),
                      **run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)})

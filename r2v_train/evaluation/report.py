@@ -26,9 +26,17 @@ from typing import Any
 
 from r2v_envs.fileio import atomic_write
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
-from r2v_train.evaluation.study import study_tables
+from r2v_train.evaluation.study import BASELINES
+from r2v_train.run_dir import (
+    MATCHED_FILE,
+    REPEATS_FILE,
+    VARIANTS_FILE,
+    ablations_dir,
+    eval_dir,
+    pipeline_file,
+    report_file,
+)
 
-REPORT_FILE = "report.md"
 ABLATION_TITLES = {
     "features": "Feature-group masking at inference, no retraining (Table 7)",
     "closed_source": "Closed-source feature variants (Table 6)",
@@ -215,7 +223,7 @@ def _save(fig: Any, path: str | os.PathLike) -> None:
 def load_ablations(run_dir: str | os.PathLike) -> dict[str, Any]:
     """``<run_dir>/ablations/<name>.json`` files written by :mod:`r2v_train.evaluation.ablations`."""
     out = {}
-    d = Path(run_dir) / "ablations"
+    d = ablations_dir(run_dir)
     for name in ABLATION_TITLES:
         p = d / f"{name}.json"
         if p.exists():
@@ -223,16 +231,16 @@ def load_ablations(run_dir: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
-def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None = None,
+def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | None = None,
                  extra: Mapping[str, Any] | None = None) -> Path:
     """Render ``<run_dir>/report.md`` (and the PNGs next to it) from the evaluation and ablation results.
 
     ``extra`` adds a "Run" section (e.g. stage timings, manifest facts) as key: value lines; without it, the one
     ``r2v pipeline`` saved in ``pipeline.json`` is kept (a report re-rendered after an ablation keeps its timings)."""
     run_dir = Path(run_dir)
-    if extra is None and (run_dir / "pipeline.json").exists():
-        extra = json.loads((run_dir / "pipeline.json").read_text()).get("run")
-    results = load_results(eval_dir or run_dir / "eval")
+    if extra is None and pipeline_file(run_dir).exists():
+        extra = json.loads(pipeline_file(run_dir).read_text()).get("run")
+    results = load_results(evaluation or eval_dir(run_dir))
     main = results["main_condition"]
     cells = results["conditions"][main]
     parts = ["# R2V run report", "",
@@ -284,7 +292,7 @@ def write_report(run_dir: str | os.PathLike, eval_dir: str | os.PathLike | None 
     for name, abl in load_ablations(run_dir).items():
         parts += [f"## Ablation: {ABLATION_TITLES[name]}", "", ablation_table(abl["rows"]), ""]
     parts += study_tables(run_dir)
-    path = run_dir / REPORT_FILE
+    path = report_file(run_dir)
     atomic_write(path, "\n".join(parts))
     return path
 
@@ -306,3 +314,78 @@ def parse_markdown_table(text: str, heading: str) -> list[dict[str, str]]:
             break
     header, body = rows[0], rows[2:]
     return [dict(zip(header, r)) for r in body]
+
+
+def _paired_text(x: Mapping[str, Any]) -> str:
+    """A paired difference as ``SR diff, LLM% diff [LLM% CI]`` (one cell of the study's tables)."""
+    lo, hi = x["llm_pct_diff_ci"]
+    return f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def study_tables(run_dir: str | os.PathLike) -> list[str]:
+    """Markdown sections for ``report.md`` from ``eval/variants.json`` and ``eval/repeats.json`` (if present)."""
+    ev = eval_dir(run_dir)
+    parts: list[str] = []
+    if (ev / VARIANTS_FILE).exists():
+        v = json.loads((ev / VARIANTS_FILE).read_text())
+        parts += [f"## Router settings and the counterfactual oracle (`{v['condition']}`)", "",
+                  "Paired differences (this row minus the heuristic / entropy router, same episodes, 95% CI).", "",
+                  "| setting | SR (%) | LLM% | LLM% 95% CI | vs heuristic: SR, LLM% [CI] | vs entropy: SR, LLM% [CI] "
+                  "| valid ECE |", "|---|---:|---:|---:|---|---|---:|"]
+        for name, r in v["rows"].items():
+            def d(m: str) -> str:
+                x = r["paired"].get(m)
+                return "" if x is None else _paired_text(x)
+            ece = f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"
+            parts.append(f"| {name} | {r['sr']:.1f} | {r['llm_pct']:.1f} | [{r['llm_pct_ci'][0]:.1f}, "
+                         f"{r['llm_pct_ci'][1]:.1f}] | {d('heuristic')} | {d('entropy')} | {ece} |")
+        matched = {name: r["matched"] for name, r in v["rows"].items() if "matched" in r}
+        if matched:
+            parts += ["", "At matched reliability: the baselines' thresholds fitted on the validation rows to each "
+                      "setting's failure recall; paired differences are the setting minus that baseline.", "",
+                      "| setting | valid recall | heuristic: SR, LLM% | minus heuristic: SR, LLM% [CI] "
+                      "| entropy: SR, LLM% | minus entropy: SR, LLM% [CI] |", "|---|---:|---|---|---|---|"]
+            for name, mr in matched.items():
+                h, e = mr["heuristic"], mr["entropy"]
+                parts.append(f"| {name} | {mr['recall']:.3f} | {h['sr']:.1f}, {h['llm_pct']:.1f} | "
+                             f"{_paired_text(h['paired'])} | {e['sr']:.1f}, {e['llm_pct']:.1f} | "
+                             f"{_paired_text(e['paired'])} |")
+        for part, s in v.get("counterfactual", {}).items():
+            parts.append(f"\nCounterfactual labels, {part}: {s['episodes_run']} teacher-at-t episodes for "
+                         f"{s['failed_rollouts']} failed of {s['rollouts']} rollouts (budget {s['steps_per_rollout']} "
+                         f"per rollout), {s['rescuing_steps']} rescuing steps, {s['rescued_rollouts']} rollouts "
+                         f"rescuable, {s['wall_s']:.0f} s.")
+        parts.append("")
+    if (ev / MATCHED_FILE).exists():
+        m = json.loads((ev / MATCHED_FILE).read_text())
+        parts += [f"## At matched test reliability (`{m['condition']}`)", "",
+                  f"Each R2V cell minus the cheapest heuristic / entropy cell of the study with SR at most {m['slack']:g} "
+                  "points below its own (any threshold tried, any repeat: chosen on test, which favours the baselines).",
+                  "", "| setting | repeat | SR | LLM% | heuristic cell: SR, LLM% | minus it: SR, LLM% [CI] "
+                  "| entropy cell: SR, LLM% | minus it: SR, LLM% [CI] |", "|---|---:|---:|---:|---|---|---|---|"]
+        for name, reps in m["rows"].items():
+            for e in reps:
+                def cell(b: str) -> str:
+                    x = e.get(b)
+                    return "none within reach | -" if x is None else \
+                        f"{x['cell']}: {x['sr']:.1f}, {x['llm_pct']:.1f} | {_paired_text(x['paired'])}"
+                parts.append(f"| {name} | {e['repeat'] + 1} | {e['sr']:.1f} | {e['llm_pct']:.1f} | {cell('heuristic')} "
+                             f"| {cell('entropy')} |")
+        parts.append("")
+    if (ev / REPEATS_FILE).exists():
+        r = json.loads((ev / REPEATS_FILE).read_text())
+        parts += [f"## Repeats of router data + router ({r['n']} runs, `{r['condition']}`)", "",
+                  "| method | SR mean | SR std | SR range | LLM% mean | LLM% std | LLM% range |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for m, s in r["spread"].items():
+            a, b = s["sr"], s["llm_pct"]
+            parts.append(f"| {m} | {a['mean']:.1f} | {a['std']:.1f} | {a['min']:.1f}-{a['max']:.1f} | "
+                         f"{b['mean']:.1f} | {b['std']:.1f} | {b['min']:.1f}-{b['max']:.1f} |")
+        for m, reps in r.get("paired", {}).items():
+            for base in (*BASELINES, *(f"{b}@matched" for b in BASELINES)):
+                diffs = [x[base] for x in reps if base in x]
+                if diffs:
+                    parts.append(f"\n{m} minus {base}, paired, per repeat (SR, LLM% [95% CI]): "
+                                 + "; ".join(_paired_text(x) for x in diffs))
+        parts.append("")
+    return parts

@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, Router
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.stats import episode_outcomes, paired_bootstrap
-from r2v_train.chain.stages import STAGES, run_chain, stage_paths
+from r2v_train.chain.stages import STAGES, run_chain
 from r2v_train.evaluation.methods import (
     Agents,
     EvalConfig,
@@ -52,9 +51,21 @@ from r2v_train.evaluation.methods import (
 from r2v_train.router.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
 from r2v_train.router.settings import resolve_variants, router_rows, train_variant, variant_config
 from r2v_train.router.train import RouterData
+from r2v_train.run_dir import (
+    MATCHED_FILE,
+    REPEATS_FILE,
+    VARIANTS_FILE,
+    cell_dir,
+    conditions_dir,
+    counterfactual_dir,
+    eval_dir,
+    repeat_dir,
+    repeat_dirs,
+    stage_paths,
+    variant_router_dir,
+)
 from r2v_train.runtime.narrate import say
 
-VARIANTS_FILE, REPEATS_FILE, MATCHED_FILE = "variants.json", "repeats.json", "matched.json"
 ROUTER_DATA_METHODS = ("entropy", "heuristic", "r2v")
 """Methods whose cells depend on the router data (thresholds fitted on its validation rows, or the router)."""
 BASELINES = ("heuristic", "entropy")
@@ -130,7 +141,7 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
     cond, spec = next(iter(ev.conditions().items()))
     runs = results["runs"][cond]
     progress = ev.progress
-    cf_dirs = {part: os.fspath(run_dir / "counterfactual" / part) for part in ("train", "valid", "test")}
+    cf_dirs = {part: os.fspath(counterfactual_dir(run_dir, part)) for part in ("train", "valid", "test")}
     cf_summary: dict[str, Any] = {}
     needs_cf = any(variant_config(chain.router, o).labels == "counterfactual" for o in study.variants.values())
     parts = [*(("train", "valid") if needs_cf else ()), *(("test",) if study.counterfactual.oracle else ())]
@@ -143,7 +154,7 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
     rows: dict[str, Any] = {}
     if study.counterfactual.oracle:
         router = StepOracleRouter.from_labels(sources["test"], cf_dirs["test"])
-        d = out / "runs" / cond / "cf_oracle"
+        d = cell_dir(out, cond, "cf_oracle")
         run_method(RoutedPolicy(agents.slm(), agents.teacher(), router), "cf_oracle", ev, spec, d)
         rows["cf_oracle"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
                              "rescued_rollouts": len(router.rescue), "paired": _paired(out, d, runs, ev)}
@@ -192,7 +203,7 @@ def _matched_rows(router: Router, cfg: Any, valid_dir: str, a: Agents, ev: EvalC
     rows: dict[str, Any] = {"recall": recall}
     for m, r in routers.items():
         cell = f"{m}@{r.threshold:.8g}"  # the same router as a sweep point at that threshold: one cell
-        dm = out / "runs" / cond / cell
+        dm = cell_dir(out, cond, cell)
         run_method(RoutedPolicy(a.slm(), a.teacher(), r, budget_per_episode=ev.budget_per_episode), cell, ev, spec,
                    dm)
         rows[m] = {**run_metrics(dm, ev.bootstrap, ev.bootstrap_seed), "threshold": r.threshold,
@@ -212,9 +223,9 @@ def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, override
     runs = load_results(out)["runs"][cond]
     say(f"router setting {name}: {overrides or 'the chain router config'}")
     path, metrics = train_variant(name, overrides, chain.router, p["router_data_train"], p["router_data_valid"],
-                                  run_dir / "router_variants" / name / "router", cf_dirs)
+                                  variant_router_dir(run_dir, name), cf_dirs)
     a = dataclasses.replace(agents, router_path=path)
-    d = out / "runs" / cond / f"r2v@{name}"
+    d = cell_dir(out, cond, f"r2v@{name}")
     router = MLPRouter.load(path)
     run_method(RoutedPolicy(a.slm(), a.teacher(), router, budget_per_episode=ev.budget_per_episode), f"r2v@{name}",
                ev, spec, d)
@@ -256,7 +267,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
 
     ``agents_for(chain, run_dir)`` builds the evaluation's agents of a run directory."""
     run_dir = Path(run_dir)
-    main = load_results(run_dir / "eval")
+    main = load_results(eval_dir(run_dir))
     cond = main["main_condition"]
     cells = {m: [c] for m, c in main["conditions"][cond].items()}
     paired: dict[str, list[Any]] = {}
@@ -265,7 +276,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
 
     def variants(c: Any, rep: Path) -> None:  # the repeated settings, on this repeat's router data
         for name in study.repeats.variants:
-            row = _variant_row(c, agents_for(c, rep), ev_main, name, study.variants[name], rep, rep / "eval",
+            row = _variant_row(c, agents_for(c, rep), ev_main, name, study.variants[name], rep, eval_dir(rep),
                                matched=study.matched_baselines)
             cells.setdefault(f"r2v@{name}", []).append(row)
             diffs = {**row["paired"], **{f"{m}@matched": x["paired"] for m, x in row.get("matched", {}).items()
@@ -283,17 +294,17 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
                                  valid_seeds=tuple(s + off for s in chain.router_data.valid_seeds),
                                  sampler_seed=chain.router_data.sampler_seed + i)
         c = dataclasses.replace(chain, router_data=rd, router=dataclasses.replace(chain.router, seed=chain.router.seed + i))
-        rep = run_dir / "repeats" / f"r{i}"
+        rep = repeat_dir(run_dir, i)
         say(f"repeat {i + 1}/{study.repeats.n}: router data (seeds {rd.train_seeds} / {rd.valid_seeds}, sampler "
             f"seed {rd.sampler_seed}), router (seed {c.router.seed}), evaluation of {', '.join(ROUTER_DATA_METHODS)}")
         _link_upstream(run_dir, rep)
         run_chain(c, rep)
         for m in (m for m in ev.methods if m not in ROUTER_DATA_METHODS):  # cells that do not read router data
-            link = rep / "eval" / "runs" / cond / m
+            link = cell_dir(eval_dir(rep), cond, m)
             if not link.exists():
                 link.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(os.path.relpath(run_dir / "eval" / main["runs"][cond][m], link.parent), link)
-        r = evaluate(agents_for(c, rep), ev_main, rep / "eval")
+                os.symlink(os.path.relpath(eval_dir(run_dir) / main["runs"][cond][m], link.parent), link)
+        r = evaluate(agents_for(c, rep), ev_main, eval_dir(rep))
         for m, cell in r["conditions"][cond].items():
             cells.setdefault(m, []).append(cell)
         variants(c, rep)
@@ -302,7 +313,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
                "cells": {m: [{k: c[k] for k in ("sr", "llm_pct", "sr_ci", "llm_pct_ci", "episodes")} for c in v]
                          for m, v in cells.items()},
                "paired": paired, "spread": spread(cells)}
-    write_json_atomic(run_dir / "eval" / REPEATS_FILE, summary)
+    write_json_atomic(eval_dir(run_dir) / REPEATS_FILE, summary)
     return summary
 
 
@@ -317,8 +328,8 @@ def match_on_test_sr(run_dir: str | os.PathLike, condition: str, slack: float = 
     repeat. Choosing among them on the test split favours the baselines; a setting no candidate comes within
     ``slack`` of gets None (it is more reliable than every baseline point tried)."""
     run_dir = Path(run_dir)
-    reps = [run_dir, *sorted((run_dir / "repeats").glob("r*"), key=lambda d: int(d.name[1:]))]
-    per_rep = [[d for d in sorted((rep / "eval" / "runs" / condition).glob("*")) if list(d.glob("episodes-*.parquet"))]
+    reps = repeat_dirs(run_dir)
+    per_rep = [[d for d in sorted((conditions_dir(eval_dir(rep)) / condition).glob("*")) if list(d.glob("episodes-*.parquet"))]
                for rep in reps]
     cells = {d: run_metrics(d, n_boot, seed) for dirs in per_rep for d in dirs}
     pool = {b: [d for d in cells if d.name == b or d.name.startswith(b + "@")] for b in BASELINES}
@@ -334,7 +345,7 @@ def match_on_test_sr(run_dir: str | os.PathLike, condition: str, slack: float = 
                     "paired": paired_bootstrap(ours, episode_outcomes(best), n_boot, seed)}
             rows.setdefault(d.name, []).append(entry)
     out = {"condition": condition, "slack": slack, "rows": rows}
-    write_json_atomic(run_dir / "eval" / MATCHED_FILE, out)
+    write_json_atomic(eval_dir(run_dir) / MATCHED_FILE, out)
     return out
 
 
@@ -342,78 +353,3 @@ def _seeds(chain: Any) -> dict[str, Any]:
     rd = chain.router_data
     return {"train_seeds": list(rd.train_seeds), "valid_seeds": list(rd.valid_seeds), "sampler_seed": rd.sampler_seed,
             "router_seed": chain.router.seed}
-
-
-def _paired_text(x: Mapping[str, Any]) -> str:
-    """A paired difference as ``SR diff, LLM% diff [LLM% CI]`` (one cell of the study's tables)."""
-    lo, hi = x["llm_pct_diff_ci"]
-    return f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-
-
-def study_tables(run_dir: str | os.PathLike) -> list[str]:
-    """Markdown sections for ``report.md`` from ``eval/variants.json`` and ``eval/repeats.json`` (if present)."""
-    ev = Path(run_dir) / "eval"
-    parts: list[str] = []
-    if (ev / VARIANTS_FILE).exists():
-        v = json.loads((ev / VARIANTS_FILE).read_text())
-        parts += [f"## Router settings and the counterfactual oracle (`{v['condition']}`)", "",
-                  "Paired differences (this row minus the heuristic / entropy router, same episodes, 95% CI).", "",
-                  "| setting | SR (%) | LLM% | LLM% 95% CI | vs heuristic: SR, LLM% [CI] | vs entropy: SR, LLM% [CI] "
-                  "| valid ECE |", "|---|---:|---:|---:|---|---|---:|"]
-        for name, r in v["rows"].items():
-            def d(m: str) -> str:
-                x = r["paired"].get(m)
-                return "" if x is None else _paired_text(x)
-            ece = f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"
-            parts.append(f"| {name} | {r['sr']:.1f} | {r['llm_pct']:.1f} | [{r['llm_pct_ci'][0]:.1f}, "
-                         f"{r['llm_pct_ci'][1]:.1f}] | {d('heuristic')} | {d('entropy')} | {ece} |")
-        matched = {name: r["matched"] for name, r in v["rows"].items() if "matched" in r}
-        if matched:
-            parts += ["", "At matched reliability: the baselines' thresholds fitted on the validation rows to each "
-                      "setting's failure recall; paired differences are the setting minus that baseline.", "",
-                      "| setting | valid recall | heuristic: SR, LLM% | minus heuristic: SR, LLM% [CI] "
-                      "| entropy: SR, LLM% | minus entropy: SR, LLM% [CI] |", "|---|---:|---|---|---|---|"]
-            for name, mr in matched.items():
-                h, e = mr["heuristic"], mr["entropy"]
-                parts.append(f"| {name} | {mr['recall']:.3f} | {h['sr']:.1f}, {h['llm_pct']:.1f} | "
-                             f"{_paired_text(h['paired'])} | {e['sr']:.1f}, {e['llm_pct']:.1f} | "
-                             f"{_paired_text(e['paired'])} |")
-        for part, s in v.get("counterfactual", {}).items():
-            parts.append(f"\nCounterfactual labels, {part}: {s['episodes_run']} teacher-at-t episodes for "
-                         f"{s['failed_rollouts']} failed of {s['rollouts']} rollouts (budget {s['steps_per_rollout']} "
-                         f"per rollout), {s['rescuing_steps']} rescuing steps, {s['rescued_rollouts']} rollouts "
-                         f"rescuable, {s['wall_s']:.0f} s.")
-        parts.append("")
-    if (ev / MATCHED_FILE).exists():
-        m = json.loads((ev / MATCHED_FILE).read_text())
-        parts += [f"## At matched test reliability (`{m['condition']}`)", "",
-                  f"Each R2V cell minus the cheapest heuristic / entropy cell of the study with SR at most {m['slack']:g} "
-                  "points below its own (any threshold tried, any repeat: chosen on test, which favours the baselines).",
-                  "", "| setting | repeat | SR | LLM% | heuristic cell: SR, LLM% | minus it: SR, LLM% [CI] "
-                  "| entropy cell: SR, LLM% | minus it: SR, LLM% [CI] |", "|---|---:|---:|---:|---|---|---|---|"]
-        for name, reps in m["rows"].items():
-            for e in reps:
-                def cell(b: str) -> str:
-                    x = e.get(b)
-                    return "none within reach | -" if x is None else \
-                        f"{x['cell']}: {x['sr']:.1f}, {x['llm_pct']:.1f} | {_paired_text(x['paired'])}"
-                parts.append(f"| {name} | {e['repeat'] + 1} | {e['sr']:.1f} | {e['llm_pct']:.1f} | {cell('heuristic')} "
-                             f"| {cell('entropy')} |")
-        parts.append("")
-    if (ev / REPEATS_FILE).exists():
-        r = json.loads((ev / REPEATS_FILE).read_text())
-        parts += [f"## Repeats of router data + router ({r['n']} runs, `{r['condition']}`)", "",
-                  "| method | SR mean | SR std | SR range | LLM% mean | LLM% std | LLM% range |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for m, s in r["spread"].items():
-            a, b = s["sr"], s["llm_pct"]
-            parts.append(f"| {m} | {a['mean']:.1f} | {a['std']:.1f} | {a['min']:.1f}-{a['max']:.1f} | "
-                         f"{b['mean']:.1f} | {b['std']:.1f} | {b['min']:.1f}-{b['max']:.1f} |")
-        for m, reps in r.get("paired", {}).items():
-            for base in (*BASELINES, *(f"{b}@matched" for b in BASELINES)):
-                diffs = [x[base] for x in reps if base in x]
-                if diffs:
-                    parts.append(f"\n{m} minus {base}, paired, per repeat (SR, LLM% [95% CI]): "
-                                 + "; ".join(_paired_text(x) for x in diffs))
-        parts.append("")
-    return parts

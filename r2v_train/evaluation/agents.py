@@ -1,0 +1,85 @@
+"""The agents of a training run directory: the evaluation's parts (:class:`Agents`) and the ``slm:RUN_DIR`` /
+``r2v:RUN_DIR`` specs of ``r2v eval``.
+
+``slm:RUN_DIR`` is the distilled SLM alone, ``r2v:RUN_DIR`` the routed R2V agent. ``r2v_eval`` finds them through
+the ``r2v.agents`` entry points of ``pyproject.toml`` (:func:`slm_agent`, :func:`r2v_agent`), so the evaluation
+package never imports training code and ``python -m r2v_eval`` accepts the same specs as ``r2v eval``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from r2v_agents.policy import BatchPolicy
+from r2v_agents.prompts import action_style
+from r2v_agents.routed import RoutedPolicy
+from r2v_agents.routers import MLPRouter
+from r2v_agents.samplers.memo import MemoSampler
+from r2v_envs.errors import BackendUnavailableError
+from r2v_train.chain.collect import make_sampler, make_teacher, slm_policy
+from r2v_train.chain.policy_stages import dpo_stage
+from r2v_train.config import load_config
+from r2v_train.evaluation.methods import Agents
+from r2v_train.run_dir import MANIFEST, stage_paths
+
+
+def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
+    """The evaluation's parts from a chain run directory: the DPO policy (BC if DPO is absent), the teacher, the
+    router and the validation router rows."""
+
+    p = stage_paths(run_dir)
+    model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
+    return Agents(slm=shared_slm(model, chain.router_data, chain.env.env_id),
+                  teacher=lambda: make_teacher(chain.teacher, chain.env.env_id),
+                  router_path=p["router"], valid_router_dir=p["router_data_valid"])
+
+
+def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
+    """A factory of fresh SLM policies over one sampler, loaded on first use and memoised
+    (:class:`r2v_agents.samplers.memo.MemoSampler`): the methods of an evaluation share the SLM's draws for the
+    decisions they have in common instead of sampling them again (the draws are a function of the decision)."""
+
+    @functools.cache
+    def sampler() -> Any:
+        return MemoSampler(make_sampler(model_dir, cfg, action_style(env_id)))
+
+    return lambda: slm_policy(model_dir, cfg, env_id, sampler=sampler())
+
+
+def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
+    """``retrain(lam, out_dir) -> SLM factory`` for the lambda_cons sweep: the chain's DPO stage from the run's BC
+    model and preference pairs with ``consistency_coef = lam``."""
+
+    p = stage_paths(run_dir)
+
+    def retrain(lam: float, out_dir: str):
+        out = dpo_stage(dataclasses.replace(chain.dpo, consistency_coef=lam), p["bc_model"], p["pairs"], out_dir)
+        return shared_slm(out["model"], chain.router_data, chain.env.env_id)
+    return retrain
+
+
+
+def run_dir_agent(kind: str, run_dir: str) -> BatchPolicy:
+    """The SLM alone (``slm``) or the routed R2V agent (``r2v``) of a training run directory."""
+
+    path = os.path.join(run_dir, MANIFEST)
+    if not os.path.exists(path):
+        raise BackendUnavailableError(f"{kind}:{run_dir}", f"no {MANIFEST} there: give a `r2v train` run directory")
+    with open(path) as fh:
+        chain = load_config({"chain": json.load(fh)["config"]}).chain
+    agents = agents_from_run(chain, run_dir)
+    if kind == "slm":
+        return agents.slm()
+
+    if not agents.router_path or not os.path.exists(agents.router_path):
+        raise BackendUnavailableError(f"r2v:{run_dir}", "the run has no trained router yet (r2v router-train)")
+    return RoutedPolicy(agents.slm(), agents.teacher(), MLPRouter.load(agents.router_path))
+
+
+slm_agent: Callable[[str], BatchPolicy] = functools.partial(run_dir_agent, "slm")
+r2v_agent: Callable[[str], BatchPolicy] = functools.partial(run_dir_agent, "r2v")
