@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
+from r2v_train.chain.bc import BCConfig
 from r2v_train.chain.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
-from r2v_train.chain.policy_stages import BCStageConfig, DPOStageConfig
+from r2v_train.chain.dpo import DPOConfig
 from r2v_train.chain.preferences import PreferenceConfig
 from r2v_train.chain.stages import ChainConfig
 from r2v_train.evaluation.ablations import ABLATION_NAMES
@@ -62,10 +63,10 @@ def tiny_config() -> ChainConfig:
         split=SplitConfig(max_train_tasks=3, max_valid_tasks=2),
         teacher=TeacherConfig(),
         replay=ReplayConfig(seeds=(1, 2)),
-        bc=BCStageConfig(tiny_hidden=64, tiny_layers=2, tiny_heads=2, tiny_kv_heads=1, tiny_ffn=128, vocab_size=600,
+        bc=BCConfig(tiny_hidden=64, tiny_layers=2, tiny_heads=2, tiny_kv_heads=1, tiny_ffn=128, vocab_size=600,
                          max_steps=20, learning_rate=3e-3, batch_size=4, save_steps=10),
         preferences=PreferenceConfig(k=3, max_contexts=24, max_new_tokens=8, chunk_size=12),
-        dpo=DPOStageConfig(max_steps=6, learning_rate=1e-3, batch_size=4, save_steps=3),
+        dpo=DPOConfig(max_steps=6, learning_rate=1e-3, batch_size=4, save_steps=3),
         router_data=RouterDataConfig(train_seeds=(101, 102), valid_seeds=(201, 202), k=3, max_new_tokens=8,
                                      max_steps=6),
         router=RouterTrainConfig(epochs=3, batch_size=64, hidden=(16,), progress=False),

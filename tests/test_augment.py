@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r2v_train.chain.augment import goal_object, object_names, rename_goal_objects
-from r2v_train.chain.policy_stages import BCStageConfig
+from r2v_train.chain.bc import BCConfig
 
 ROWS = [
     {"prompt": "Goal: Your task is to: put a clean knife in drawer.\nObservation:\nOn the countertop 1, you see a "
@@ -40,5 +40,5 @@ def test_renamed_rows_stay_demonstrations_that_must_be_copied():
 
 
 def test_the_bc_stage_key_changes_only_when_renaming_is_on():
-    assert "rename_copies" not in BCStageConfig().identity()  # runs trained before the option keep their keys
-    assert BCStageConfig(rename_copies=1).identity()["rename_copies"] == 1
+    assert "rename_copies" not in BCConfig().identity()  # runs trained before the option keep their keys
+    assert BCConfig(rename_copies=1).identity()["rename_copies"] == 1

@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from r2v_agents.tiny import EOS, build_tiny_model  # noqa: E402
-from r2v_train.chain.bc import DONE_FILE, BCConfig, bc_dataset, train_bc  # noqa: E402
+from r2v_train.chain.bc import BCConfig, bc_dataset, train_bc
+from r2v_train.chain.saving import DONE_FILE  # noqa: E402
 from tests.tiny_fixtures import scripted_corpus_and_tokenizer
 
 
@@ -37,9 +38,9 @@ def test_bc_trains_logs_and_reloads(tiny, tmp_path, lora_r):
     tok, rows = tiny
     model = small_model(tok)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    cfg = BCConfig(output_dir=str(tmp_path), max_steps=6, learning_rate=5e-3, per_device_train_batch_size=4,
+    cfg = BCConfig(max_steps=6, learning_rate=5e-3, batch_size=4,
                    logging_steps=2, save_steps=3, lora_r=lora_r)
-    out = train_bc(model, tok, rows, cfg)
+    out = train_bc(model, tok, rows, cfg, str(tmp_path))
     info = json.loads(open(os.path.join(out, DONE_FILE)).read())
     losses = [h["loss"] for h in info["log_history"] if "loss" in h]
     assert info["global_step"] == 6 and len(losses) == 3 and losses[-1] < losses[0]
@@ -58,12 +59,12 @@ def test_bc_trains_logs_and_reloads(tiny, tmp_path, lora_r):
 
     assert action_logp(reloaded) > action_logp(small_model(tok))
     # a finished stage is reused; an unfinished one resumes from its newest checkpoint
-    assert train_bc(small_model(tok), tok, rows, cfg) == out
+    assert train_bc(small_model(tok), tok, rows, cfg, str(tmp_path)) == out
     import shutil
 
     shutil.rmtree(out)  # as if stopped after the step-3 checkpoint
     shutil.rmtree(tmp_path / "checkpoints" / "checkpoint-6")
-    assert train_bc(small_model(tok), tok, rows, cfg) == out
+    assert train_bc(small_model(tok), tok, rows, cfg, str(tmp_path)) == out
     assert json.loads(open(os.path.join(out, DONE_FILE)).read())["global_step"] == 6
 
 
@@ -75,4 +76,4 @@ def test_bc_data_is_checked(tiny):
     with pytest.warns(UserWarning, match="tokens merge at the boundary"):
         bc_dataset([{"prompt": "Action: ", "completion": "go"}])
     with pytest.raises(ValueError, match="epochs > 0 or max_steps"):
-        BCConfig(output_dir="x", epochs=0)
+        BCConfig(epochs=0)

@@ -22,8 +22,8 @@ pytest.importorskip("trl")
 from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR  # noqa: E402
 from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
-from r2v_train.evaluation.methods import METHODS  # noqa: E402
 from r2v_train.config import CONFIG_DIR, load_config
+from r2v_train.evaluation.methods import METHODS  # noqa: E402
 from r2v_train.pipeline import run_pipeline  # noqa: E402
 from tests.eval_fixtures import assert_report_matches_shards  # noqa: E402
 

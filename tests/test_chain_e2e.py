@@ -73,9 +73,9 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     reused, the six methods are evaluated, and the report gathers tables and plots that agree with the shards."""
     from pathlib import Path
 
-    from r2v_train.evaluation.methods import METHODS
     from r2v_train.config import CONFIG_DIR, load_config
-from r2v_train.pipeline import run_pipeline
+    from r2v_train.evaluation.methods import METHODS
+    from r2v_train.pipeline import run_pipeline
     from tests.eval_fixtures import assert_report_matches_shards
 
     run_dir = Path(chain[0])

@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 pytest.importorskip("accelerate")
 
 from r2v_agents.tiny import EOS, build_tiny_model, env_corpus, train_tokenizer  # noqa: E402
-from r2v_train.chain.bc import DONE_FILE  # noqa: E402
+from r2v_train.chain.saving import DONE_FILE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "r2v_train" / "configs" / "accelerate"
@@ -66,16 +66,16 @@ def test_bc_then_dpo_through_accelerate_launch(tmp_path):
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))
 
     done = accelerate("bc", "--model", str(tmp_path / "base"), "--data", str(tmp_path / "bc.jsonl"),
-                      "--cfg.output-dir", str(tmp_path / "bc"), "--cfg.max-steps", "2",
-                      "--cfg.per-device-train-batch-size", "4", "--cfg.learning-rate", "1e-3")
+                      "--output-dir", str(tmp_path / "bc"), "--cfg.max-steps", "2",
+                      "--cfg.batch-size", "4", "--cfg.learning-rate", "1e-3")
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads((tmp_path / "bc" / "model" / DONE_FILE).read_text())
     assert info["stage"] == "bc" and info["global_step"] == 2
 
     done = accelerate("dpo", "--model", str(tmp_path / "bc" / "model"), "--data", str(tmp_path / "pairs.jsonl"),
-                      "--output-dir", str(tmp_path / "dpo"), "--max-steps", "2", "--per-device-train-batch-size",
-                      "4", "--learning-rate", "1e-3", "--logging-steps", "1")
+                      "--output-dir", str(tmp_path / "dpo"), "--cfg.max-steps", "2", "--cfg.batch-size",
+                      "4", "--cfg.learning-rate", "1e-3")
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads((tmp_path / "dpo" / "model" / DONE_FILE).read_text())
-    assert info["stage"] == "dpo_consistency" and info["global_step"] == 2
+    assert info["stage"] == "dpo" and info["global_step"] == 2
     assert any("consistency/jsd" in h for h in info["log_history"])

@@ -44,3 +44,18 @@ def test_unknown_parts_are_clear_errors():
     with pytest.raises(UnknownChoiceError):
         verifier_for("R2V/WebShop-v0")
     assert set(VERIFIERS) >= {"textworld", "alfworld", "humaneval", "terminalbench"}
+
+
+# The paper presets' BC / DPO effective batch sizes (sequences or pairs per optimiser update on one device); where
+# a full-length batch does not fit one 80 GB GPU the preset reaches it through gradient accumulation.
+EFFECTIVE_BATCH = {"alfworld-qwen2.5-7b": (16, 16), "alfworld-qwen2.5-14b": (16, 16),
+                   "humaneval-llama3.1-8b": (8, 8), "terminalbench-gemma2-9b": (8, 8)}
+
+
+@pytest.mark.parametrize("path", PRESETS)
+def test_presets_keep_the_effective_batch_and_accumulate_where_a_batch_does_not_fit(path):
+    cfg = load_config(path)
+    name = path.rsplit("/", 1)[-1].removesuffix(".yaml")
+    assert (cfg.chain.bc.effective_batch_size, cfg.chain.dpo.effective_batch_size) == EFFECTIVE_BATCH[name]
+    assert cfg.chain.bc.batch_size <= 4 and cfg.chain.dpo.batch_size <= 2  # per device, at max_length >= 4096
+    assert cfg.chain.bc.gradient_checkpointing is None and cfg.chain.dpo.gradient_checkpointing is None  # by size

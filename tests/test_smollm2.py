@@ -131,8 +131,7 @@ def test_lora_bc_steps_on_chat_rows_change_the_adapter_only(smollm2, tmp_path):
     import torch
 
     from r2v_agents.teachers import OracleTeacher
-    from r2v_train.chain.bc import BCConfig, train_bc
-    from r2v_train.chain.policy_stages import bc_rows
+    from r2v_train.chain.bc import BCConfig, bc_rows, train_bc
 
     model, tok = smollm2
     traj = tmp_path / "traj"
@@ -142,9 +141,9 @@ def test_lora_bc_steps_on_chat_rows_change_the_adapter_only(smollm2, tmp_path):
     assert rows and all(r["prompt"].endswith("<|im_start|>assistant\n") and not r["completion"].startswith(" ")
                         for r in rows)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    cfg = BCConfig(output_dir=str(tmp_path / "bc"), max_steps=2, learning_rate=1e-3, per_device_train_batch_size=2,
+    cfg = BCConfig(max_steps=2, learning_rate=1e-3, batch_size=2,
                    lora_r=4, lora_alpha=8, lora_dropout=0.0, logging_steps=1, save_steps=1000, max_length=512)
-    final = train_bc(copy.deepcopy(model), tok, rows[:4], cfg)
+    final = train_bc(copy.deepcopy(model), tok, rows[:4], cfg, str(tmp_path / "bc"))
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in base.items())  # the shared model is untouched
     from transformers import AutoModelForCausalLM
 

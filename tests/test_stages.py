@@ -128,11 +128,11 @@ def test_dpo_on_no_preference_pair_is_a_typed_error(tmp_path):
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     pytest.importorskip("datasets")
     from r2v_envs.errors import EmptyDatasetError
-    from r2v_train.chain.policy_stages import DPOStageConfig, dpo_stage
+    from r2v_train.chain.dpo import DPOConfig, dpo_stage
     from r2v_train.chain.preferences import _schema
 
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.Table.from_pylist([], schema=_schema()), pairs)
     with pytest.raises(EmptyDatasetError, match="no preference pair"):
-        dpo_stage(DPOStageConfig(max_steps=1), str(tmp_path / "no-model"), str(pairs), tmp_path / "dpo")
+        dpo_stage(DPOConfig(max_steps=1), str(tmp_path / "no-model"), str(pairs), tmp_path / "dpo")
     assert not (tmp_path / "dpo" / "model").exists()

@@ -41,9 +41,10 @@ from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.provenance import git_revision, package_versions
-from r2v_train.chain import collect, policy_stages, preferences
+from r2v_train.chain import collect, preferences
+from r2v_train.chain.bc import BCConfig, bc_stage
 from r2v_train.chain.collect import EnvConfig, ReplayConfig, RouterDataConfig, SplitConfig, TeacherConfig
-from r2v_train.chain.policy_stages import BCStageConfig, DPOStageConfig
+from r2v_train.chain.dpo import DPOConfig, dpo_stage
 from r2v_train.chain.preferences import PreferenceConfig
 from r2v_train.router.bagging import fit_router
 from r2v_train.router.train import RouterData, RouterTrainConfig
@@ -66,9 +67,9 @@ class ChainConfig:
     split: SplitConfig = field(default_factory=SplitConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
-    bc: BCStageConfig = field(default_factory=BCStageConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
     preferences: PreferenceConfig = field(default_factory=PreferenceConfig)
-    dpo: DPOStageConfig = field(default_factory=DPOStageConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     router_data: RouterDataConfig = field(default_factory=RouterDataConfig)
     router: RouterTrainConfig = field(default_factory=lambda: RouterTrainConfig(progress=False))
     threads: int = 2
@@ -102,7 +103,7 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
         return {"dir": s.out_dir, "episodes": s.episodes + s.skipped, "success_rate": _success(s.out_dir)}
 
     def bc(c, d):
-        return policy_stages.bc_stage(c.bc, collect.traj_dirs(d), os.path.join(d, "bc"), c.env.env_id)
+        return bc_stage(c.bc, collect.traj_dirs(d), os.path.join(d, "bc"), c.env.env_id)
 
     def prefs(c, d):
         return preferences.preferences_stage(c.preferences, stage_paths(d)["bc_model"], collect.traj_dirs(d),
@@ -110,7 +111,7 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
 
     def dpo(c, d):
         p = stage_paths(d)
-        return policy_stages.dpo_stage(c.dpo, p["bc_model"], p["pairs"], os.path.join(d, "dpo"))
+        return dpo_stage(c.dpo, p["bc_model"], p["pairs"], os.path.join(d, "dpo"))
 
     def router_data(c, d):
         split_ = collect.load_split(os.path.join(d, "split"))

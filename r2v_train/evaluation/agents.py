@@ -22,7 +22,7 @@ from r2v_agents.routers import MLPRouter
 from r2v_agents.samplers.memo import MemoSampler
 from r2v_envs.errors import BackendUnavailableError
 from r2v_train.chain.collect import make_sampler, make_teacher, slm_policy
-from r2v_train.chain.policy_stages import dpo_stage
+from r2v_train.chain.dpo import dpo_stage
 from r2v_train.config import load_config
 from r2v_train.evaluation.methods import Agents
 from r2v_train.run_dir import MANIFEST, stage_paths
