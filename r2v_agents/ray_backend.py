@@ -24,7 +24,7 @@ Fault tolerance: when an actor dies (node lost, OOM, ``ray.kill``), the episodes
 the queue, and a fresh actor replaces the dead one (at most ``max(3, workers)`` replacements per run). Rerun
 episodes start from ``reset``, so the shards are the same as if nothing had happened.
 
-Example (not run here: it starts Ray; see tests/test_ray_backend.py):
+Example (not run here: it starts Ray; see tests/agents/test_ray_backend.py):
     >>> cfg = RunConfig("R2V/Scripted-v0", "runs/x", workers=4, backend="ray")  # doctest: +SKIP
     >>> run(OracleTeacher(), cfg).worker_restarts  # doctest: +SKIP
     0

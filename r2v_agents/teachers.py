@@ -214,7 +214,7 @@ class HFTeacher(BatchPolicy):
     A context whose reply holds no action gets ``None`` from :meth:`query_batch` (the routed agent keeps its SLM
     action) and a fallback action from :meth:`act_batch`; a prompt longer than ``max_prompt_tokens`` keeps its end.
 
-    Example (not run here: it loads a model; see tests/test_smollm2.py):
+    Example (not run here: it loads a model; see tests/agents/test_smollm2.py):
         >>> teacher = HFTeacher.from_pretrained("smollm2", max_new_tokens=24)  # doctest: +SKIP
     """
 

@@ -1,4 +1,4 @@
-"""Trajectory-state router features beyond Eq. 6's 15 (the ``trajectory`` feature set of issue 17).
+"""Trajectory-state router features beyond Eq. 6's 15 (the ``trajectory`` feature set of the router study).
 
 Eq. 6 describes the current step (candidate entropies, verifier scores, position); failed rollouts run to the
 step cap, so step count dominated the paper features (validation AUC ~0.77 on the default run). These features

@@ -13,7 +13,7 @@ Per (benchmark, perturbation) cell:
 * mean steps, tokens, cost and agent latency per episode, and retries (requests retried inside the agent, and
   episodes rerun by the grid's retry passes).
 
-The bootstrap helpers are the ones the pipeline's Table 1 uses (:func:`r2v_eval.stats.bootstrap_episodes`,
+The bootstrap helpers are the ones the pipeline's Table 1 uses (:func:`r2v_eval.stats.episode_metrics`,
 :func:`r2v_eval.stats.paired_bootstrap`).
 
 Example:
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from r2v_agents.shards import load_rows
-from r2v_eval.stats import bootstrap_episodes, paired_bootstrap
+from r2v_eval.stats import episode_metrics, paired_bootstrap
 
 CLEAN = "none"
 _INFRA = re.compile(r"^infra:(\w+): (\d+) attempts?; ")
@@ -119,9 +119,8 @@ def cell_metrics(cell: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> 
         "sr": None, "sr_ci": None, "pass_k": {}, "seed_sr": {}, "worst_seed": None}
     if ran:
         r = sorted(ran.values(), key=lambda e: e["episode_id"])
-        b = bootstrap_episodes(np.array([e["success"] for e in r]), np.array([e["steps"] for e in r]),
-                               np.array([e["teacher_calls"] for e in r]), n_boot, seed)
-        out.update(sr=b["sr"], sr_ci=b["sr_ci"])
+        b = episode_metrics(r, n_boot, seed)
+        out.update(sr=b["sr"], sr_ci=b["sr_ci"], llm_pct=b["llm_pct"], llm_pct_ci=b["llm_pct_ci"])
         by_seed: dict[int, list[bool]] = defaultdict(list)
         by_task: dict[str, list[bool]] = defaultdict(list)
         for e in r:

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,24 @@ def bootstrap_episodes(success: np.ndarray, steps: np.ndarray, teacher_steps: np
     llm = 100 * teacher.sum() / steps.sum() if steps.sum() else 0.0
     return {"episodes": n, "steps": int(steps.sum()), "teacher_steps": int(teacher.sum()),
             "sr": float(success.mean() * 100), "sr_ci": _ci95(sr_b), "llm_pct": float(llm), "llm_pct_ci": _ci95(llm_b)}
+
+
+def episode_metrics(rows: Sequence[Mapping[str, Any]], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The one SR / LLM% path of every evaluation (Table 1's methods and ``r2v eval``'s cells): SR and LLM% with
+    95% bootstrap CIs and the summed ``cost`` of episode rows (``success``, ``steps``, ``teacher_calls``, ``cost``).
+
+    The bootstrap resamples positions, so a caller keeps one row order for a rerun to give the same bytes.
+
+    Example:
+        >>> m = episode_metrics([{"success": 1, "steps": 4, "teacher_calls": 1, "cost": 2.0},
+        ...                      {"success": 0, "steps": 6, "teacher_calls": 0, "cost": 1.0}], n_boot=50)
+        >>> m["sr"], m["llm_pct"], m["cost"]
+        (50.0, 10.0, 3.0)
+    """
+    out = bootstrap_episodes(np.array([r["success"] for r in rows]), np.array([r["steps"] for r in rows]),
+                             np.array([r["teacher_calls"] for r in rows]), n_boot, seed)
+    out["cost"] = float(sum(r["cost"] for r in rows))
+    return out
 
 
 def _llm_pct(teacher: np.ndarray, steps: np.ndarray) -> np.ndarray:

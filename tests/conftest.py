@@ -10,9 +10,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def trained_run_template(tmp_path_factory):
-    """The scripted miniature run (router data + a trained router) of tests/eval_fixtures.py, built once; the
+    """The scripted miniature run (router data + a trained router) of tests/support/eval_runs.py, built once; the
     evaluation, report and ablation modules each copy it (``copy_trained_run``) instead of rebuilding it."""
-    from tests.eval_fixtures import trained_run
+    from tests.support.eval_runs import trained_run
 
     tmp = tmp_path_factory.mktemp("trained-run")
     trained_run(tmp)

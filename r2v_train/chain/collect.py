@@ -4,11 +4,11 @@ Every episode is stepped by :func:`r2v_agents.runner.run` (the only place episod
 stage's output is a runner directory of Parquet shards (``steps``/``episodes``/``router``, see
 :mod:`r2v_agents.shards`) and a rerun resumes: finished (task, z) episodes are skipped.
 
-* :func:`split_stage` (stage 3, run first because the others need it): the env's own task-level 70/15/15 split
+* :func:`split_stage` (stage 1): the env's own task-level 70/15/15 split
   (seed 42, :func:`r2v_envs.core.split_tasks` through ``TextEnv.task_ids``), optionally capped to the first few
   tasks of each split for small runs. Written to ``split.json``.
-* :func:`teacher_stage` (stage 1): the teacher on the train tasks, clean (no perturbations): D_exp.
-* :func:`replay_stage` (stage 2): each clean trajectory's action sequence re-executed in the env perturbed with
+* :func:`teacher_stage` (stage 2): the teacher on the train tasks, clean (no perturbations): D_exp.
+* :func:`replay_stage` (stage 3): each clean trajectory's action sequence re-executed in the env perturbed with
   seeds z' (Appendix B: 5 seeds). The game is the same and the perturbations never change its state, so the
   (task, t) contexts of all seeds share their latent state while their observations differ: D_pert, and the
   paired views of the consistency term (Eq. 6). D_traj = D_exp U D_pert (:func:`traj_dirs`).
@@ -67,7 +67,7 @@ class EnvConfig:
 
 @dataclass
 class SplitConfig:
-    """Stage 3: which tasks of the env's 70/15/15 split (seed 42) the run uses."""
+    """Stage 1 (split): which tasks of the env's 70/15/15 split (seed 42) the run uses."""
 
     max_train_tasks: int = 0
     """use only the first N train tasks (0: all)"""
@@ -77,7 +77,7 @@ class SplitConfig:
 
 @dataclass
 class TeacherConfig:
-    """Stage 1: clean teacher trajectories on the train tasks."""
+    """Stage 2 (teacher): clean teacher trajectories on the train tasks."""
 
     teacher: str = "oracle"
     """teacher policy: oracle (the env's expert action), openai (any OpenAI-compatible chat endpoint) or hf (a local
@@ -96,7 +96,7 @@ class TeacherConfig:
 
 @dataclass
 class ReplayConfig:
-    """Stage 2: replay each clean trajectory under perturbation seeds z'."""
+    """Stage 3 (replay): replay each clean trajectory under perturbation seeds z'."""
 
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     """perturbation seeds z' (Appendix B: 5 per clean trajectory)"""
@@ -106,7 +106,7 @@ class ReplayConfig:
 
 @dataclass
 class RouterDataConfig:
-    """Stage 7: SLM-only rollouts of the fixed policy, labelled y_t (Eq. 7)."""
+    """Stage 7 (router data): SLM-only rollouts of the fixed policy, labelled y_t (Eq. 7)."""
 
     train_seeds: tuple[int, ...] = (101, 102, 103)
     """perturbation seeds of the rollouts on the train tasks (diverse, disjoint from replay seeds)"""
@@ -134,7 +134,7 @@ class RouterDataConfig:
     the evaluation's SLM"""
 
 
-# --------------------------------------------------------------------------------------------------- stage 3
+# --------------------------------------------------------------------------------------------------- stage 1: split
 def split_stage(env: EnvConfig, cfg: SplitConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Write ``out_dir/split.json``: every split's task ids and the ``used`` train/valid subsets."""
     import gymnasium as gym
@@ -163,7 +163,7 @@ def load_split(split_dir: str | os.PathLike) -> dict[str, Any]:
         return json.load(fh)
 
 
-# --------------------------------------------------------------------------------------------------- stage 1
+# --------------------------------------------------------------------------------------------------- stage 2: teacher
 def make_teacher(cfg: TeacherConfig | str, env_id: str = "R2V/TextWorld-v0") -> BatchPolicy:
     """The teacher pi_T: the env's oracle, an OpenAI-compatible chat model (``cfg.model`` at ``cfg.base_url``), or
     a local transformers model (``cfg.model``: a directory or ``smollm2``; it writes ``env_id``'s action style)."""
@@ -196,7 +196,7 @@ def teacher_stage(env: EnvConfig, cfg: TeacherConfig, task_ids: Sequence[str], o
     return run(make_teacher(cfg, env.env_id), rc, policy_name=cfg.teacher)
 
 
-# --------------------------------------------------------------------------------------------------- stage 2
+# --------------------------------------------------------------------------------------------------- stage 3: replay
 class ReplayPolicy(BatchPolicy):
     """Re-executes a logged action sequence per task: action t of task i is ``actions[i][t]``.
 
@@ -260,7 +260,7 @@ def traj_dirs(run_dir: str | os.PathLike) -> list[str]:
     return [os.path.join(run_dir, "teacher"), os.path.join(run_dir, "replay")]
 
 
-# --------------------------------------------------------------------------------------------------- stage 7
+# --------------------------------------------------------------------------------------------------- stage 7: router data
 def make_sampler(model_dir: str, cfg: RouterDataConfig, style: str = "line"):
     """The SLM's candidate sampler over a saved model (``cfg.sampler``: transformers, vllm or openai); ``style``:
     how actions end (:func:`r2v_agents.prompts.action_style`; the transformers sampler cuts them accordingly)."""

@@ -1,4 +1,4 @@
-"""Stage 6 of Algorithm 1: DPO (Eq. 4) plus the JSD consistency term (Eq. 5-6), on TRL's DPOTrainer.
+"""The DPO stage (6/8 of the chain): DPO (Eq. 4) plus the JSD consistency term (Eq. 5-6), on TRL's DPOTrainer.
 
 Loss per batch: L_DPO + lambda_cons * mean_i JSD(pi(.|x_i^(z)) || pi(.|x_i^(z'))), with the BC model frozen as
 the DPO reference (pass ``ref_model=copy.deepcopy(bc_model)``: with ``ref_model=None`` TRL 1.16 reloads the
@@ -22,7 +22,7 @@ another perturbation seed z' of the same latent state; None or "" where a row ha
 The trainer subclasses live at module level, as TRL's own do, so pickle (``training_args.bin``) and reprs find
 them; the module therefore imports torch and TRL at its top: import it where training starts.
 
-Example (not run here: it trains; see tests/test_dpo_consistency.py):
+Example (not run here: it trains; see tests/train/chain/test_dpo_consistency.py):
     >>> args = ConsistencyDPOConfig(output_dir="runs/dpo", consistency_coef=0.2)  # doctest: +SKIP
     >>> trainer = ConsistencyDPOTrainer(model=bc_model, ref_model=copy.deepcopy(bc_model), args=args,
     ...                                 train_dataset=pairs, processing_class=tokenizer)  # doctest: +SKIP

@@ -1,4 +1,4 @@
-"""Stage 5 of Algorithm 1: BC candidates, verifier scores and preference pairs (a+, a-) at D_traj contexts.
+"""The preference stage (5/8 of the chain): BC candidates, verifier scores and preference pairs (a+, a-) at D_traj contexts.
 
 For every context x_t' of D_traj (a subsample of at most ``max_contexts``), the BC policy samples K candidates
 (:meth:`r2v_agents.slm.SLMPolicy.propose`: the inference prompt builder and sampler, so no train/serve skew) and
@@ -52,7 +52,7 @@ PAIRS_FILE = "pairs.parquet"
 
 @dataclass
 class PreferenceConfig:
-    """Stage 5 settings."""
+    """The preference stage's settings."""
 
     k: int = 5
     """BC candidates sampled per context"""

@@ -7,7 +7,9 @@ Public API (stable; ``r2v pipeline``, evaluation and reports build on it)::
 
 The run-directory layout is :mod:`r2v_train.run_dir`'s (``stage_paths(run_dir)``).
 
-(Stage 3, the split, runs first because stage 1 needs the train tasks.) Each stage directory holds
+Stages are numbered in the order they run, here and everywhere (1 split, 2 teacher, 3 replay, 4 bc, 5 preferences,
+6 dpo, 7 router_data, 8 router; Algorithm 1 lists the split third, but the teacher needs its train tasks). Each
+stage directory holds
 ``stage.json`` once the stage finished: its config, its outputs, its wall time and a key. The key hashes the
 stage's config, the env config and the run ids of the stages it reads, so a stage is skipped when its outputs
 are complete and current; a stage whose config changed, whose ``stage.json`` is missing (outputs removed or a

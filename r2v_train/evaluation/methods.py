@@ -47,7 +47,7 @@ from r2v_agents.runner import RunConfig, run
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
-from r2v_eval.stats import bootstrap_episodes, episode_outcomes, paired_bootstrap, pareto_front  # noqa: F401
+from r2v_eval.stats import episode_metrics, episode_outcomes, paired_bootstrap, pareto_front
 from r2v_train.router import calibration
 from r2v_train.router.train import RouterData
 from r2v_train.run_dir import RESULTS_FILE, cell_dir
@@ -154,11 +154,8 @@ class Agents:
 def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """SR / LLM% with CIs from a runner directory's episode shards."""
 
-    rows = load_rows(run_dir, "episodes", columns=["success", "steps", "teacher_calls", "cost"])
-    out = bootstrap_episodes(np.array([r["success"] for r in rows]), np.array([r["steps"] for r in rows]),
-                             np.array([r["teacher_calls"] for r in rows]), n_boot, seed)
-    out["cost"] = float(sum(r["cost"] for r in rows))
-    return out
+    return episode_metrics(load_rows(run_dir, "episodes", columns=["success", "steps", "teacher_calls", "cost"]),
+                           n_boot, seed)
 
 
 def calibration_metrics(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The router study of ``r2v pipeline`` (issue 17): named router settings, the counterfactual oracle, and repeats.
+"""The router study of ``r2v pipeline``: named router settings, the counterfactual oracle, and repeats.
 
 After the evaluation, with the yaml's ``router_variants``, ``counterfactual`` and ``repeats`` sections:
 

@@ -1,4 +1,4 @@
-"""A bagged router with cross-fitted calibration (issue 17): the router's operating point, stable across repeats.
+"""A bagged router with cross-fitted calibration: the router's operating point, stable across repeats.
 
 The paper's router (``router_train.train_router``) is one MLP from one init seed, recalibrated (Platt) on the
 validation rollouts, whose calibrated p then meets tau* = 0.5. On the default run its operating point moved from

@@ -1,4 +1,4 @@
-"""Counterfactual step labels y_cf (beyond the paper; issue 17): does one teacher action at step t rescue the episode?
+"""Counterfactual step labels y_cf (beyond the paper): does one teacher action at step t rescue the episode?
 
 Eq. 7 labels every step of a failed SLM rollout 1, although most of them could not have been saved by one teacher
 call. For sampled steps t of logged SLM-only rollouts this module replays the episode's prefix (the logged SLM

@@ -1,4 +1,4 @@
-"""Named router settings beyond the paper's (issue 17), trained on the run's router data and evaluated next to R2V.
+"""Named router settings beyond the paper's, trained on the run's router data and evaluated next to R2V.
 
 A setting is a set of :class:`~r2v_train.router.train.RouterTrainConfig` overrides on top of the chain's router
 config (``router_variants:`` in a pipeline yaml maps a name to overrides, or lists names of :data:`SETTINGS`):

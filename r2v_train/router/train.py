@@ -1,4 +1,4 @@
-"""Stage 8 of Algorithm 1: train the router r_psi on (f_t, y_t) with Brier + the CVaR Lagrangian (Eq. 8-13).
+"""The router stage (8/8 of the chain): train the router r_psi on (f_t, y_t) with Brier + the CVaR Lagrangian (Eq. 8-13).
 
 Objective (Eq. 11), minimised over the router psi and the Rockafellar-Uryasev variable eta, maximised over
 lambda >= 0 by dual ascent on log lambda:
@@ -26,7 +26,7 @@ term) and ``brier`` (Brier only, the calibration ablation).
 
 Recalibration defaults to Platt scaling (logits / T + b) rather than Appendix C's temperature alone: the CVaR
 term raises the logits of failure-like states (a shift, not a sharpening), which a temperature cannot undo.
-Measured on the heavy-tailed synthetic rollouts of tests/test_router_train.py (8 epochs, held-out data): CVaR
+Measured on the heavy-tailed synthetic rollouts of tests/train/router/test_router_train.py (8 epochs, held-out data): CVaR
 training gave ECE 0.33 with temperature scaling and 0.047 with Platt scaling (Brier-only training: 0.050), and
 the lambda-aware threshold kept the tail gain: hard CVaR_0.2 of rollout cost 1.33 vs 1.62 for Brier-only, at
 23% vs 0.6% escalated steps.
@@ -74,7 +74,7 @@ MODES = ("cvar", "mean", "brier")
 LABEL_KINDS = ("episode", "counterfactual", "deviation")
 PAPER_DEFAULTS = {"cost_scale": "paper", "features": "full", "labels": "episode", "bag": 1, "bag_folds": 4,
                   "calibrate_on": "valid"}
-"""Fields added after the paper's router (issue 17) and their paper values: left out of identities and stage keys
+"""Fields added after the paper's router and their paper values: left out of identities and stage keys
 when at these values, so a paper router's run directory stays current."""
 CALIBRATIONS = ("temperature", "platt", "none")
 CALIBRATION_ROWS = ("valid", "pooled")
@@ -580,7 +580,7 @@ def _recalibrate(model: Any, valid: RouterData, cfg: RouterTrainConfig) -> None:
 
 @dataclass
 class RouterTrainArgs:
-    """Train the R2V router from runner outputs (router shards of SLM-only rollouts, Algorithm 1 stage 8)."""
+    """Train the R2V router from runner outputs (router shards of SLM-only rollouts, the chain's router stage)."""
 
     train: str
     """runner output directory (or .parquet file) with the training split's router rows"""

@@ -1,0 +1,268 @@
+"""R2V/TerminalBench-v0: Terminal-Bench-format tasks in the local sandbox (real bash, real pytest judge)."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import r2v_envs  # noqa: F401  (registers the envs)
+from r2v_envs.errors import InvalidActionError, UnknownChoiceError
+from r2v_envs.terminalbench import backends
+from r2v_envs.terminalbench.env import USAGE, truncate_output
+from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT
+from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task, parse_pytest_summary
+from r2v_envs.terminalbench.tasks import tests_passed as all_passed
+from tests.support.procs import processes_with
+
+pytestmark = pytest.mark.timeout(120)
+SEED = 0
+SUITE = load_suite()
+
+
+def make(**kw):
+    kw.setdefault("perturbations", None)
+    kw.setdefault("backend", "local")
+    return gym.make("R2V/TerminalBench-v0", seed=SEED, **kw)
+
+
+def play_expert(env, task_id):
+    obs, info = env.reset(options={"task_id": task_id})
+    observations, reward, terminated = [obs], 0.0, False
+    while not terminated:
+        obs, reward, terminated, truncated, info = env.step(info["expert_action"])
+        observations.append(obs)
+        assert not truncated
+    return info, reward, observations
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = make(split="all", max_episode_steps=40)
+    yield e
+    e.close()
+
+
+def test_shipped_suite_format():
+    assert len(SUITE) >= 12
+    for task in SUITE.values():
+        assert task.instruction and task.solution and task.tests_dir.is_dir()
+        assert (task.path / "Dockerfile").is_file() and (task.path / "docker-compose.yaml").is_file()
+        assert task.workdir == "/app" and task.max_test_timeout_s > 0
+        assert task.expert_actions()[-1] == "mark_task_complete"
+    assert {"c-build-fix", "git-history-repair", "python-median-bug", "json-config-fix"} <= set(SUITE)
+
+
+@pytest.mark.parametrize("task_id", sorted(SUITE))
+def test_expert_wins_every_shipped_task(env, task_id):
+    info, reward, observations = play_expert(env, task_id)
+    assert info["won"] and reward == 1.0 and info["score"] == 1.0, info.get("test_output")
+    assert info["test_results"] and all_passed(info["test_results"])
+    assert all(o.startswith("New Terminal Output:") for o in observations[1:-1])
+    assert info["channel"] == "terminal"
+
+
+@pytest.mark.parametrize("task_id", ["c-build-fix", "python-median-bug"])
+def test_wrong_action_sequences_fail(env, task_id):
+    obs, info = env.reset(options={"task_id": task_id})
+    env.step("run ls -la")
+    obs, reward, terminated, truncated, info = env.step("mark_task_complete")
+    assert terminated and not info["won"] and info["lost"] and reward == 0.0
+    assert info["test_results"] and "failed" in info["test_results"].values()
+    assert env.step("run ls")[2]  # the episode stays over
+
+
+def test_session_state_timeouts_and_feedback(env):
+    env.reset(options={"task_id": "word-frequency"})
+    obs, *_ = env.step("run mkdir -p sub && cd sub && export GREETING=hi")
+    obs, *_ = env.step("run pwd; echo $GREETING")
+    assert "/sub\nhi" in obs and obs.rstrip().endswith("sub#")
+    obs, *_ = env.step("run cat does-not-exist")
+    assert "No such file or directory" in obs and "[exit code 1]" in obs
+    start = time.monotonic()
+    obs, reward, terminated, _, info = env.step("run[timeout=1] sleep 30")
+    assert time.monotonic() - start < 5 and "timed out after 1 s" in obs and not terminated
+    obs, *_ = env.step("run seq 1 100000")
+    assert "characters omitted" in obs and "\n100000\n" in obs and len(obs) < 5000
+    for bad in ("dance", "run", "run   "):
+        obs, reward, terminated, _, info = env.step(bad)
+        assert USAGE in obs and not terminated and reward == 0.0
+    with pytest.raises(InvalidActionError):
+        env.unwrapped.step(42)
+
+
+def test_agent_time_budget_ends_the_episode(tmp_path):
+    task = tmp_path / "suite" / "tiny"
+    shutil.copytree(SHIPPED_TASKS_DIR / "greeting-cli", task)
+    (task / "task.yaml").write_text("instruction: Do nothing.\nmax_agent_timeout_sec: 1\n")
+    e = make(tasks_dir=tmp_path / "suite", split="all")  # any directory of Terminal-Bench tasks
+    e.reset()
+    obs, reward, terminated, _, info = e.step("run sleep 3")
+    assert terminated and "time budget exhausted" in obs and not info["won"]
+    e.close()
+
+
+
+
+def test_hostile_commands_are_contained(env, tmp_path):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("alive")
+    env.reset(options={"task_id": "greeting-cli"})
+    isolation = env.unwrapped.backend.isolation
+    token = secrets.token_hex(6)
+    start = time.monotonic()
+    # fork bomb: stopped by RLIMIT_NPROC (unprivileged uid) and the deadline; the tree is killed
+    obs, *_ = env.step(f"run[timeout=3] bomb_{token}() {{ bomb_{token} | bomb_{token} & }}; bomb_{token}")
+    # setsid escaper: a grandchild in its own session must not outlive the command
+    obs, *_ = env.step(f"run[timeout=3] setsid sleep 300 {token} >/dev/null 2>&1 < /dev/null & echo started")
+    assert "started" in obs
+    time.sleep(0.3)
+    assert processes_with(token) == []
+    assert time.monotonic() - start < 15
+    obs, *_ = env.step("run[timeout=10] rm -rf --no-preserve-root / 2>/dev/null; echo still-here")
+    assert "still-here" in obs and canary.read_text() == "alive"
+    assert Path(shutil.which("python3") or "/usr/bin/python3").exists()
+    if isolation in ("bwrap", "unshare"):  # network namespace without interfaces
+        obs, *_ = env.step("run[timeout=10] python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), "
+                           "timeout=3); print('CONNECTED')\"")
+        assert "\nCONNECTED" not in obs and ("unreachable" in obs.lower() or "error" in obs.lower())
+    obs, *_ = env.step("run echo recovered")
+    assert "recovered" in obs  # the session still works
+
+
+def test_same_seed_same_observations_under_default_perturbations():
+    runs = []
+    for _ in range(2):
+        e = gym.make("R2V/TerminalBench-v0", seed=7, backend="local", split="all")
+        info, reward, observations = play_expert(e, "json-to-csv")
+        runs.append((observations, [p["type"] for p in info["perturbations"]], reward))
+        e.close()
+    assert runs[0] == runs[1] and runs[0][2] == 1.0
+    spec = gym.make("R2V/TerminalBench-v0", seed=7, backend="local").spec
+    names = [w.name for w in spec.additional_wrappers]
+    assert names == ["FlakyToolOutput", "DropObservationLines"]
+
+
+def test_task_format_errors_and_judge(tmp_path):
+    (tmp_path / "broken").mkdir()
+    with pytest.raises(TaskFormatError):
+        load_task(tmp_path / "broken")
+    (tmp_path / "broken" / "task.yaml").write_text("instruction: ''\n")
+    with pytest.raises(TaskFormatError):
+        load_task(tmp_path / "broken")
+    with pytest.raises(UnknownChoiceError):
+        make(backend="kubernetes")
+    out = "=== short test summary info ===\nPASSED t.py::a\nERROR t.py::b - boom\n=== 1 passed, 1 error ==="
+    assert parse_pytest_summary(out) == {"t.py::a": "passed", "t.py::b": "error"}
+    assert not all_passed(parse_pytest_summary(out))
+    assert not all_passed(parse_pytest_summary("== 3 passed in 0.1s =="))  # no summary section: no pass
+    assert truncate_output("abc", 100) == "abc"
+
+
+JUNIT_PASS = (b'<testsuites><testsuite name="pytest"><testcase classname="test_outputs" name="test_greets"/>'
+              b'</testsuite></testsuites>')
+
+
+class FakeContainer:
+    """Answers the Docker backend's calls like a container whose tests pass (the JUnit report says so)."""
+
+    def __init__(self, junit=JUNIT_PASS, printed=b"=== short test summary info ===\nPASSED test_outputs.py::test_greets\n"):
+        self.calls, self.junit, self.printed = [], junit, printed
+
+    def exec_run(self, argv, **kw):
+        self.calls.append(("exec", argv, kw))
+        if argv[-1] == "cat /proc/1/task/1/children":
+            return 0, b"7\n"
+        if argv[:4] == ["timeout", "-s", "KILL", "30"] and argv[4] == "bash" and "-c" in argv:
+            return 0, f"hello\n\n{backends.CWD_SENTINEL}/app\n".encode()
+        if "command -v python3" in argv[-1]:
+            return 0, b"/usr/local/bin/python3\n"
+        if argv[-1].startswith("/tests/"):
+            return 0, self.printed
+        return 0, b""
+
+    def put_archive(self, path, data):
+        self.calls.append(("put", path, len(data)))
+        return True
+
+    def get_archive(self, path):
+        self.calls.append(("get", path))
+        files = {"junit-1-2.xml": self.junit} if self.junit is not None else {}
+        return [backends._tar(files)], {}
+
+    def remove(self, force=False):
+        self.calls.append(("remove", force))
+
+
+class FakeClient:
+    """Records what the Docker backend asks the SDK for (no engine runs here)."""
+
+    def __init__(self):
+        self.container = FakeContainer()
+        self.run_kwargs = None
+        self.images = self
+        self.containers = self
+
+    def build(self, path, tag, rm, network_mode=None):
+        self.built = (path, tag, network_mode)
+        if getattr(self, "fail_build", False):
+            import docker.errors
+
+            raise docker.errors.BuildError("apt-get update returned a non-zero code: 100",
+                                           [{"stream": "Err:1 http://deb.debian.org bookworm InRelease\n"}])
+        return type("Image", (), {"id": "sha256:abc"})(), []
+
+    def run(self, image, **kw):
+        self.run_kwargs = kw
+        return self.container
+
+
+def test_docker_backend_requests_an_isolated_container():
+    client = FakeClient()
+    backend = backends.DockerBackend(client=client)
+    backend.start(SUITE["greeting-cli"])
+    kw = client.run_kwargs
+    assert kw["network_mode"] == "none" and kw["mem_limit"] and kw["pids_limit"] and kw["working_dir"] == "/app"
+    # the offline test runtime is mounted read-only
+    (src, mount), = kw["volumes"].items()
+    assert mount == {"bind": RUNTIME_MOUNT, "mode": "ro"} and (Path(src) / "bin" / "uv").is_file()
+    result = backend.run("echo hello", 30)
+    assert result.output.strip() == "hello" and result.cwd == "/app" and result.exit_code == 0
+    run = backend.run_tests()
+    assert run.results == {"test_outputs::test_greets": "passed"}
+    calls = [c for c in client.container.calls if c[0] == "exec"]
+    cleanup = next(c[1][-1] for c in calls if "kill -9" in c[1][-1])
+    assert " 1 7 " in cleanup and "rm -rf /tests" in cleanup  # strays killed (init and the keeper kept)
+    test_call = next(c for c in calls if c[1][-1] == "/tests/run-tests.sh")
+    env = test_call[2]["environment"]
+    assert env["PATH"].startswith(f"{RUNTIME_MOUNT}/bin:") and env["R2V_TEST_PYTHON"] == "/usr/local/bin/python3"
+    assert env["R2V_JUDGE_OUT"] == f"{backends.JUDGE_DIR}/out" and env["TEST_DIR"] == "/tests"
+    backend.close()
+    assert ("remove", True) in client.container.calls
+    assert isinstance(backends.make_backend("auto"), backends.LocalBackend) or backends.docker_available()
+
+
+def test_docker_verdict_comes_from_the_report_not_the_printed_summary():
+    client = FakeClient()
+    client.container = FakeContainer(junit=None)  # the script printed PASSED, but no report was written
+    backend = backends.DockerBackend(client=client)
+    backend.start(SUITE["greeting-cli"])
+    run = backend.run_tests()
+    assert run.results == {} and run.judge["printed_summary"] == {"test_outputs.py::test_greets": "passed"}
+    assert not all_passed(run.results)
+
+
+def test_docker_build_network_and_build_failure_is_typed():
+    pytest.importorskip("docker")
+    from r2v_envs.errors import TaskEnvironmentError
+
+    client = FakeClient()
+    backends.DockerBackend(client=client, build_network="host").start(SUITE["greeting-cli"])
+    assert client.built[2] == "host" and client.run_kwargs["network_mode"] == "none"  # the task itself stays offline
+    client.fail_build = True
+    with pytest.raises(TaskEnvironmentError, match="build_network.*\n.*Err:1"):
+        backends.DockerBackend(client=client).start(SUITE["c-build-fix"])

@@ -1,0 +1,109 @@
+"""The whole training chain (r2v_train/chain/stages.py, tiny preset) end to end on the small TextWorld suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("textworld")
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
+from r2v_train.config import tiny_config  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    torch.set_num_threads(2)
+    run_dir = tmp_path_factory.mktemp("chain")
+    return run_dir, run_chain(tiny_config(), run_dir)
+
+
+def test_every_stage_writes_its_outputs(chain):
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM
+
+    from r2v_agents.routers import MLPRouter
+    from r2v_agents.shards import load_rows
+
+    run_dir, results = chain
+    assert list(results) == list(STAGES) and not any(r["skipped"] for r in results.values())
+    for stage in STAGES:
+        assert os.path.exists(os.path.join(run_dir, stage, MARKER)), stage
+    paths = stage_paths(run_dir)
+    assert results["teacher"]["outputs"]["success_rate"] == 1.0  # the clean expert wins every train game
+    assert results["replay"]["outputs"]["success_rate"] == 1.0   # its actions still win under perturbations
+    assert {e["z"] for e in load_rows(paths["replay"], "episodes")} == {1, 2}
+    pairs = pq.read_table(paths["pairs"]).to_pylist()
+    assert pairs and all(p["chosen"] != p["rejected"] and p["chosen_score"] > p["rejected_score"] for p in pairs)
+    assert sum(p["prompt_alt"] is not None and p["prompt_alt"] != p["prompt"] for p in pairs) > len(pairs) // 2
+    dpo = json.load(open(os.path.join(paths["dpo_model"], "bc_done.json")))
+    assert any("consistency/jsd" in h for h in dpo["log_history"])  # the consistency term is logged
+    bc_model, dpo_model = (AutoModelForCausalLM.from_pretrained(paths[k]) for k in ("bc_model", "dpo_model"))
+    assert any(not torch.equal(a, b) for a, b in zip(bc_model.parameters(), dpo_model.parameters()))
+    for part in ("train", "valid"):
+        rows = load_rows(paths[f"router_data_{part}"], "router")
+        assert rows and all(len(r["features"]) == 15 and r["y"] in (0, 1) for r in rows)
+    router = MLPRouter.load(paths["router"])
+    assert 0.0 <= router.threshold <= 1.0
+    manifest = json.load(open(paths["manifest"]))
+    assert manifest["config"]["replay"]["seeds"] == [1, 2] and manifest["versions"]["trl"]
+    assert set(manifest["stages"]) == set(STAGES)
+    print({s: round(r["wall_s"], 1) for s, r in results.items()})  # per-stage wall times (pytest -s)
+
+
+def test_rerun_skips_and_removed_outputs_rerun_downstream(chain):
+    run_dir, _ = chain
+    ids = {s: read_marker(run_dir, s)["run_id"] for s in STAGES}
+    again = run_chain(tiny_config(), run_dir)
+    assert all(r["skipped"] for r in again.values())
+    assert {s: read_marker(run_dir, s)["run_id"] for s in STAGES} == ids  # nothing recomputed
+    shutil.rmtree(os.path.join(run_dir, "router_data"))
+    rerun = run_chain(tiny_config(), run_dir)
+    assert [s for s, r in rerun.items() if not r["skipped"]] == ["router_data", "router"]
+    assert {s: read_marker(run_dir, s)["run_id"] for s in STAGES[:6]} == {s: ids[s] for s in STAGES[:6]}
+
+
+def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_shards(chain):
+    """`r2v pipeline --config miniature.yaml` on the finished chain (same tiny preset): the chain stages are
+    reused, the six methods are evaluated, and the report gathers tables and plots that agree with the shards."""
+    from pathlib import Path
+
+    from r2v_train.config import CONFIG_DIR, load_config
+    from r2v_train.evaluation.methods import METHODS
+    from r2v_train.pipeline import run_pipeline
+    from tests.support.eval_runs import assert_report_matches_shards
+
+    run_dir = Path(chain[0])
+    cfg = load_config(CONFIG_DIR / "miniature.yaml")
+    assert cfg.chain == tiny_config()
+    summary = run_pipeline(cfg, run_dir)
+    results = json.load(open(run_dir / "eval" / "results.json"))
+    assert results["methods"] == list(METHODS) and set(results["conditions"]) == {"composite", "flaky"}
+    from r2v_agents.shards import load_rows
+
+    seeds = {c: {e["z"] for e in load_rows(run_dir / "eval" / results["runs"][c]["slm"], "episodes")}
+             for c in ("composite", "flaky")}
+    assert seeds == {"composite": {0, 1}, "flaky": {3}}  # per-type conditions run on per_type_seeds
+    report = Path(summary["report"])
+    text = report.read_text()
+    for png in ["pareto.png"] + [f"reliability-{r}.png" for r in results["calibration"]]:
+        assert (report.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in text
+    for heading in ("## Table 1", "## Per perturbation type", "## Router calibration", "chain stages"):
+        assert heading in text
+    saved = json.load(open(run_dir / "pipeline.json"))
+    assert saved["main"] == results["conditions"]["composite"] and saved["timings_s"]["total"] > 0
+    from r2v_train.pipeline import summary_text
+
+    closing = summary_text(summary)  # what `r2v pipeline` prints at the end
+    d = results["paired"]["heuristic"]
+    assert "| R2V |" in closing and f"LLM% {d['llm_pct_diff']:+.1f}" in closing and "total " in closing
+    assert_report_matches_shards(report, results, run_dir / "eval")
+    from r2v_train.evaluation.report import write_report
+
+    write_report(run_dir)  # re-rendered later (r2v report, an ablation): the run's timings stay
+    assert report.read_text() == text
