@@ -16,7 +16,7 @@ import numpy as np
 
 
 def synthetic(n: int, seed: int, steps_per_rollout: int = 20):
-    from r2v_train.router.train import RouterData
+    from r2v_train.router.data import RouterData
 
     rng = np.random.default_rng(seed)
     w = np.random.default_rng(0).normal(0, 0.6, 15)
@@ -36,7 +36,8 @@ def main() -> None:
 
     import torch
 
-    from r2v_train.router.train import RouterTrainConfig, train_router
+    from r2v_train.router.config import RouterTrainConfig
+    from r2v_train.router.train import train_router
     from r2v_train.runtime.cpu import keep_freed_memory
 
     keep_freed_memory()  # as the r2v command does

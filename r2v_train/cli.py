@@ -35,7 +35,9 @@ from r2v_train.evaluation.methods import evaluate, methods_table
 from r2v_train.evaluation.report import ablation_table, write_report
 from r2v_train.evaluation.rollout import RolloutArgs, rollout, success_table
 from r2v_train.pipeline import run_ablation, run_pipeline, run_study, summary_text
-from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainArgs, RouterTrainResult, train_router
+from r2v_train.router.config import ROUTER_FILE
+from r2v_train.router.data import RouterData
+from r2v_train.router.train import RouterTrainArgs, RouterTrainResult, train_router
 from r2v_train.runtime.cpu import keep_freed_memory, pin_cpu_kernels
 from r2v_train.table1 import Table1Args, table1_main
 

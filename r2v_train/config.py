@@ -41,7 +41,7 @@ from r2v_train.chain.stages import ChainConfig
 from r2v_train.evaluation.ablations import ABLATION_NAMES
 from r2v_train.evaluation.methods import EvalConfig
 from r2v_train.evaluation.study import StudyConfig
-from r2v_train.router.train import RouterTrainConfig
+from r2v_train.router.config import RouterTrainConfig
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"

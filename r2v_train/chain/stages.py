@@ -49,7 +49,8 @@ from r2v_train.chain.collect import EnvConfig, ReplayConfig, RouterDataConfig, S
 from r2v_train.chain.dpo import DPOConfig, dpo_stage
 from r2v_train.chain.preferences import PreferenceConfig
 from r2v_train.router.bagging import fit_router
-from r2v_train.router.train import RouterData, RouterTrainConfig
+from r2v_train.router.config import RouterTrainConfig
+from r2v_train.router.data import RouterData
 from r2v_train.run_dir import MANIFEST, MARKER, stage_paths
 from r2v_train.runtime.cpu import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
 from r2v_train.runtime.narrate import describe_stage, duration, eta_text, say

@@ -39,8 +39,10 @@ from r2v_agents.shards import load_rows, load_table
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_train.evaluation.methods import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
+from r2v_train.router.config import ROUTER_FILE, RouterTrainConfig
+from r2v_train.router.data import RouterData
 from r2v_train.router.settings import train_variant
-from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainConfig, train_router
+from r2v_train.router.train import train_router
 from r2v_train.run_dir import ablation_file, ablation_point_dir
 
 ABLATION_NAMES = ("features", "closed_source", "cvar", "consistency", "cvar_scaled", "cvar_deviation", "feature_sets")

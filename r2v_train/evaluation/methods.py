@@ -49,7 +49,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_eval.stats import episode_metrics, episode_outcomes, paired_bootstrap, pareto_front
 from r2v_train.router import calibration
-from r2v_train.router.train import RouterData
+from r2v_train.router.data import RouterData
 from r2v_train.run_dir import RESULTS_FILE, cell_dir
 
 METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")

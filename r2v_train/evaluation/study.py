@@ -49,8 +49,8 @@ from r2v_train.evaluation.methods import (
     run_metrics,
 )
 from r2v_train.router.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
+from r2v_train.router.data import RouterData
 from r2v_train.router.settings import resolve_variants, router_rows, train_variant, variant_config
-from r2v_train.router.train import RouterData
 from r2v_train.run_dir import (
     MATCHED_FILE,
     REPEATS_FILE,

@@ -41,14 +41,11 @@ import numpy as np
 
 from r2v_envs.fileio import atomic_write
 from r2v_train.router import calibration
+from r2v_train.router.config import METRICS_FILE, ROUTER_FILE, RouterTrainConfig
+from r2v_train.router.data import RouterData, fingerprint
 from r2v_train.router.train import (
-    METRICS_FILE,
-    ROUTER_FILE,
-    RouterData,
-    RouterTrainConfig,
     RouterTrainResult,
     _default_feature_names,
-    _fingerprint,
     _standardisation,
     evaluate_router,
     fit_calibration,
@@ -95,7 +92,7 @@ def train_bagged(train: RouterData, valid: RouterData, cfg: RouterTrainConfig, r
 
     d = train.features.shape[1]
     names = list(feature_names or train.feature_names or _default_feature_names(d))
-    identity = {"config": cfg.identity(), "data": _fingerprint(train, valid), "features": names}
+    identity = {"config": cfg.identity(), "data": fingerprint(train, valid), "features": names}
     paths = {k: os.path.join(os.fspath(run_dir), f) for k, f in (("router", ROUTER_FILE), ("metrics", METRICS_FILE))
              } if run_dir else {}
     finished = load_finished(paths, identity, names)

@@ -45,8 +45,9 @@ from r2v_agents.shards import load_rows
 from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_features
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.router.bagging import fit_router
+from r2v_train.router.config import ROUTER_FILE, RouterTrainConfig
 from r2v_train.router.counterfactual import load_labels
-from r2v_train.router.train import ROUTER_FILE, RouterData, RouterTrainConfig
+from r2v_train.router.data import RouterData
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "paper": {},

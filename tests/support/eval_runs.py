@@ -70,7 +70,7 @@ def eval_config(**kw):
 
 
 def router_config():
-    from r2v_train.router.train import RouterTrainConfig
+    from r2v_train.router.config import RouterTrainConfig
 
     return RouterTrainConfig(epochs=10, batch_size=64, progress=False, hidden=(16, 8), mode="brier", kappa=4.0)
 
@@ -78,7 +78,9 @@ def router_config():
 def trained_run(tmp):
     """A miniature run directory: SLM-only router data (train/valid) and a small trained router."""
     from r2v_agents.router_mlp import save_router
-    from r2v_train.router.train import ROUTER_FILE, RouterData, train_router
+    from r2v_train.router.config import ROUTER_FILE
+    from r2v_train.router.data import RouterData
+    from r2v_train.router.train import train_router
 
     train = slm_rollouts(f"{tmp}/router_data/train", "train", SCRIPTED_TRAIN)
     valid = slm_rollouts(f"{tmp}/router_data/valid", "valid", SCRIPTED_VALID)
@@ -94,7 +96,7 @@ def copy_trained_run(template, tmp):
     are deterministic, so every module gets the same files, and each gets its own copy to write beside."""
     import shutil
 
-    from r2v_train.router.train import ROUTER_FILE
+    from r2v_train.router.config import ROUTER_FILE
 
     for part in ("router_data", "router"):
         shutil.copytree(f"{template}/{part}", f"{tmp}/{part}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from r2v_agents.features import FEATURE_NAMES
-from r2v_train.router.train import RouterData
+from r2v_train.router.data import RouterData
 
 
 def synthetic_rollouts(n_rollouts: int, seed: int, fail_rate: float, shift: float, step_slope: float = 0.0

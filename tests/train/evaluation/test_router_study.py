@@ -22,6 +22,7 @@ from r2v_agents.trajectory_features import TRAJECTORY_NAMES, logged_trajectory_f
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.config import load_config
 from r2v_train.router import calibration
+from r2v_train.router.config import RouterTrainConfig
 from r2v_train.router.counterfactual import (
     LABELS_FILE,
     CounterfactualConfig,
@@ -29,9 +30,10 @@ from r2v_train.router.counterfactual import (
     counterfactual_labels,
     load_labels,
 )
+from r2v_train.router.data import RouterData
 from r2v_train.router.losses import cost_coefficients, routing_surrogate, scaled_routing_cost
 from r2v_train.router.settings import SETTINGS, resolve_variants, router_rows, variant_config
-from r2v_train.router.train import RouterData, RouterTrainConfig, train_router
+from r2v_train.router.train import train_router
 from tests.support.router_rows import synthetic_rollouts
 
 EPSILONS = (0.02, 0.05, 0.1, 0.15)

@@ -13,8 +13,9 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_train.chain.stages import ChainConfig, stage_key
 from r2v_train.config import load_config
 from r2v_train.router.bagging import fit_router, member_folds
+from r2v_train.router.config import RouterTrainConfig
+from r2v_train.router.data import RouterData
 from r2v_train.router.settings import SETTINGS, resolve_variants
-from r2v_train.router.train import RouterData, RouterTrainConfig
 from tests.support.router_rows import synthetic_rollouts
 
 BASE = RouterTrainConfig(epochs=15, batch_size=128, lr=0.01, hidden=(16,), progress=False, threshold_rule="bayes")

@@ -15,8 +15,10 @@ from r2v_agents.router_mlp import RouterMLP, load_router, save_router  # noqa: E
 from r2v_envs.errors import FeatureSpecError, UnknownChoiceError  # noqa: E402
 from r2v_train import cli  # noqa: E402
 from r2v_train.router import train as rt  # noqa: E402
+from r2v_train.router.config import RouterTrainConfig
+from r2v_train.router.data import RouterData
 from r2v_train.router.losses import cvar, routing_surrogate, seed_risk  # noqa: E402
-from r2v_train.router.train import RouterData, RouterTrainConfig, evaluate_router, train_router  # noqa: E402
+from r2v_train.router.train import evaluate_router, train_router  # noqa: E402
 
 SEED = 0
 NAMES = [f"feat_{i}" for i in range(15)]
