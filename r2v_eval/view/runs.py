@@ -96,12 +96,21 @@ def list_cells(kind: str, eval_dir: Path) -> list[Cell]:
         runs = {c.name: {m.name: str(m.relative_to(eval_dir)) for m in sorted(c.iterdir()) if m.is_dir()}
                 for c in sorted((eval_dir / "runs").glob("*")) if c.is_dir()}
     env = (res.get("config") or {}).get("env_id", "")
-    cells = [Cell(env, cond, method, eval_dir / rel) for cond, by_method in runs.items()
-             for method, rel in by_method.items()]
+    order = {m: i for i, m in enumerate(res.get("methods") or [])}  # results.json's keys are sorted: Table 1's order
+    conds = conditions(res) or list(runs)
+    cells = [Cell(env, cond, method, eval_dir / runs[cond][method]) for cond in conds if cond in runs
+             for method in sorted(runs[cond], key=lambda m: (order.get(m, len(order)), m))]
     for method, sweep in (res.get("sweeps") or {}).items():
         main = res.get("main_condition", "")
         cells += [Cell(env, main, f"{method}@{row['threshold']:g}", eval_dir / row["run"]) for row in sweep]
     return cells
+
+
+def conditions(res: Mapping[str, Any]) -> list[str]:
+    """A pipeline's conditions, the main one first (results.json's keys are sorted)."""
+    main = res.get("main_condition")
+    conds = list(res.get("conditions") or {})
+    return ([main] if main in conds else []) + [c for c in conds if c != main]
 
 
 def _condition_name(env_kwargs: Mapping[str, Any]) -> str:
@@ -165,7 +174,8 @@ def _pipeline_tables(res: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [name, pct(c["sr"]), ci(c["sr_ci"]), pct(c["llm_pct"]), ci(c["llm_pct_ci"]), str(c["episodes"])]
 
     tables = []
-    for cond, cells in res["conditions"].items():
+    for cond in conditions(res):
+        cells = res["conditions"][cond]
         order = [m for m in res.get("methods", []) if m in cells] + [m for m in cells if m not in res["methods"]]
         main = " (Table 1)" if cond == res.get("main_condition") else ""
         tables.append({"title": f"Methods under `{cond}` perturbations{main}", "columns": head,

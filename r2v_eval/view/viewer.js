@@ -323,7 +323,9 @@
       el("span", { class: "fill", style: "width:" + Math.round(100 * Math.min(1, Math.max(0, s.p))) + "%" }),
       th !== null && th !== undefined ? el("span", { class: "tick", style: "left:" + Math.round(100 * Math.min(1, Math.max(0, th))) + "%" }) : null);
     const verdict = th === null || th === undefined ? "" : s.p >= th ? " \u2265 threshold " + fmt(th) + ": escalate" : " < threshold " + fmt(th) + ": keep the SLM";
-    return el("div", { class: "router" }, "router p = ", el("strong", { text: fmt(s.p) }), verdict + " ", bar);
+    const slm = (s.extra || {})["meta.slm_action"];
+    return el("div", { class: "router" }, "router p = ", el("strong", { text: fmt(s.p) }), verdict + " ", bar,
+      slm !== undefined ? el("span", { class: "slm-action" }, " the SLM proposed ", el("code", { text: slm })) : null);
   }
 
   function stepCard(s) {
