@@ -133,8 +133,9 @@ def injected_text_patterns() -> dict[str, list[re.Pattern[str]]]:
     injection = [re.compile(re.escape(t).replace(re.escape("{directive}"), any_directive))
                  for t in INJECTION_TEMPLATES]
     fixed = [*_CODE_SNIPPETS, *_CODE_ERRORS, *_TERMINAL_ERRORS, *_GAME_ERRORS]
-    distractor = [re.compile(r"You notice a (?:%s) (?:%s) lying here\." % ("|".join(_ADJECTIVES), "|".join(_OBJECTS))),
-                  re.compile(r"There is an exit to the (?:%s)\. Don't worry, there is no door\." % "|".join(_DIRECTIONS)),
+    adjectives, objects, directions = ("|".join(words) for words in (_ADJECTIVES, _OBJECTS, _DIRECTIONS))
+    distractor = [re.compile(rf"You notice a (?:{adjectives}) (?:{objects}) lying here\."),
+                  re.compile(rf"There is an exit to the (?:{directions})\. Don't worry, there is no door\."),
                   *(re.compile(re.escape(t)) for t in fixed)]
     errors = [t for ts in FLAKY_ERRORS.values() for t in ts]
     flaky = [*(re.compile(re.escape(t)) for t in [*errors, *HTTP_FAILURES, STALE_MARKER, TRUNCATION_MARKER]),

@@ -19,6 +19,8 @@ very large local files).
 
 from __future__ import annotations
 
+import functools
+import http.server
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from pathlib import Path
 from r2v_eval.view.page import COMPRESS, write_page
 from r2v_eval.view.runs import NotARunError
 
-__all__ = ["ViewArgs", "main", "serve", "view", "write_page"]
+__all__ = ["ViewArgs", "main", "make_server", "serve", "view", "write_page"]
 
 
 @dataclass
@@ -55,21 +57,28 @@ def view(args: ViewArgs) -> Path:
     return write_page(args.run, args.out, args.compress)
 
 
-def serve(path: str | Path, port: int = 0, ready=None) -> None:
-    """Serve the directory of ``path`` on 127.0.0.1 (only that page is linked) until interrupted; ``ready(url)``
-    is called once the server listens."""
-    import functools
-    import http.server
-
+def make_server(path: str | Path, port: int = 0):
+    """An HTTP server on 127.0.0.1 for the directory of ``path`` and the page's URL (call ``serve_forever``)."""
     path = Path(path).resolve()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(path.parent))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/{path.name}"
-        (ready or (lambda u: print(f"serving {u} (Ctrl-C to stop)", file=sys.stderr)))(url)
+    handler = functools.partial(_QuietHandler, directory=str(path.parent))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/{path.name}"
+
+
+def serve(path: str | Path, port: int = 0) -> None:
+    """Serve the page at ``path`` on 127.0.0.1 until interrupted (loopback only: a run may hold private text)."""
+    httpd, url = make_server(path, port)
+    print(f"serving {url} (Ctrl-C to stop)", file=sys.stderr)
+    with httpd:
         try:
             httpd.serve_forever()
         except KeyboardInterrupt:
             pass
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # no request log on stderr
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> None:

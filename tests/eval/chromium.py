@@ -47,7 +47,7 @@ class Chromium:
                 "--disable-dev-shm-usage", f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
                 "about:blank"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, preexec_fn=fds, close_fds=False)
+                                     stderr=subprocess.DEVNULL, preexec_fn=fds, close_fds=False)  # noqa: PLW1509 - no threads here
         os.close(to_r)
         os.close(from_w)
         self._buf = b""
@@ -153,7 +153,7 @@ class Chromium:
     def close(self) -> None:
         try:
             self.call("Browser.close", timeout=5)
-        except Exception:  # noqa: BLE001 - already gone
+        except (OSError, RuntimeError, TimeoutError):  # the browser is already gone
             pass
         try:
             self.proc.wait(timeout=10)
@@ -170,5 +170,5 @@ class Chromium:
     def __enter__(self) -> Chromium:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -13,9 +13,9 @@ from r2v_agents.shards import load_rows
 from r2v_eval.view import ViewArgs, main, write_page
 from r2v_eval.view.runs import NotARunError, detect
 from r2v_eval.view.steps import marks, step_view
-from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run, pipeline_run
+from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run
 
-BLOCK = re.compile(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', re.S)
+BLOCK = re.compile(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', re.DOTALL)
 
 
 def read_page(path):
@@ -44,12 +44,6 @@ def html_dir(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def pipeline_dir(tmp_path_factory, trained_run_template):
-    tmp = tmp_path_factory.mktemp("view-pipeline")
-    return tmp, pipeline_run(tmp, trained_run_template)
-
-
 def test_eval_page_holds_the_report_table_and_every_episode(eval_dir, tmp_path):
     out, results = eval_dir
     path = write_page(out, tmp_path / "eval.html")
@@ -73,8 +67,9 @@ def test_eval_page_holds_the_report_table_and_every_episode(eval_dir, tmp_path):
     assert any(s["events"] for d in composite for s in d["steps"])  # perturbation events travel with each step
 
 
-def test_pipeline_page_has_every_condition_and_method(pipeline_dir, tmp_path):
-    tmp, results = pipeline_dir
+@pytest.mark.slow  # the miniature pipeline evaluation (a trained router, six methods): ~20 s, shared per session
+def test_pipeline_page_has_every_condition_and_method(viewer_pipeline_run, tmp_path):
+    tmp, results = viewer_pipeline_run
     assert detect(tmp) == ("pipeline", tmp / "eval") and detect(tmp / "eval") == ("pipeline", tmp / "eval")
     index, details = read_page(write_page(tmp, tmp_path / "p.html"))
     tables = {t["title"]: t for t in index["summary"]["tables"]}
@@ -154,3 +149,23 @@ def test_cli_writes_view_html_into_the_run(html_dir, capsys):
     main([str(html_dir)])
     assert capsys.readouterr().out.strip() == str(html_dir / "view.html")
     assert (html_dir / "view.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_serve_answers_on_loopback_only(html_dir, tmp_path):
+    import threading
+    import urllib.request
+
+    from r2v_eval.view import make_server
+
+    page = write_page(html_dir, tmp_path / "served.html")
+    httpd, url = make_server(page)
+    assert url.startswith("http://127.0.0.1:") and httpd.server_address[0] == "127.0.0.1"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert r.read() == page.read_bytes()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)

@@ -11,7 +11,7 @@ import pytest
 
 from r2v_eval.view import write_page
 from tests.eval.chromium import Chromium, find_browser
-from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run, pipeline_run
+from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run
 
 pytestmark = pytest.mark.skipif(find_browser() is None, reason="no Chromium binary on PATH (Debian: apt-get install "
                                                                "-y chromium; scripts/install.sh does it as root)")
@@ -72,9 +72,10 @@ def test_eval_page_in_chromium(browser, tmp_path):
     assert b.errors() == []
 
 
-def test_pipeline_page_in_chromium(browser, tmp_path, trained_run_template):
-    results = pipeline_run(tmp_path, trained_run_template)
-    b = open_page(browser, write_page(tmp_path, tmp_path / "pipeline.html"))
+@pytest.mark.slow  # the miniature pipeline evaluation (shared per session): ~20 s
+def test_pipeline_page_in_chromium(browser, tmp_path, viewer_pipeline_run):
+    run, results = viewer_pipeline_run
+    b = open_page(browser, write_page(run, tmp_path / "pipeline.html"))
     assert b.errors() == []
     first = table_rows(b)  # Table 1: the main condition
     cells = results["conditions"][results["main_condition"]]
@@ -88,7 +89,7 @@ def test_pipeline_page_in_chromium(browser, tmp_path, trained_run_template):
     b.wait_for("document.querySelectorAll('tr.ep-row').length > 0")
     methods = b.eval("[...document.querySelectorAll('tr.ep-row')].map(r => r.cells[5].textContent + '/' + r.cells[4].textContent)")
     assert set(methods) == {f"r2v/{results['main_condition']}"} and len(methods) == cells["r2v"]["episodes"]
-    i, shown = open_episode(b, 0)
+    _, shown = open_episode(b, 0)
     assert shown > 0 and b.eval("document.querySelectorAll('.router .meter').length") > 0
     assert b.eval("document.querySelectorAll('#episode table.grid tbody tr').length") >= len(results["methods"])
     b.screenshot(tmp_path / "pipeline-episode.png", full_page=True)
