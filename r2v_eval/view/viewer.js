@@ -333,7 +333,7 @@
     card.append(el("div", { class: "step-head" },
       el("span", { class: "t", text: "t=" + s.t }),
       el("span", { class: "badge src", text: s.source || "-" }),
-      el("code", { class: "action", text: s.action === null ? "(no action)" : s.action }),
+      el(String(s.action).includes("\n") ? "pre" : "code", { class: "action", text: s.action === null ? "(no action)" : s.action }),
       s.reward ? el("span", { class: "reward", text: "reward " + fmt(s.reward) }) : null,
       s.end ? el("span", { class: "badge end", text: s.end }) : null));
     if (s.goal !== undefined) card.append(el("div", { class: "label", text: s.t === 0 ? "goal" : "goal (changed)" }), markedText(s.goal || "", s.goal_marks, "goal"));

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import re
 
 import pytest
@@ -13,7 +14,7 @@ from r2v_agents.shards import load_rows
 from r2v_eval.view import ViewArgs, main, write_page
 from r2v_eval.view.runs import NotARunError, detect
 from r2v_eval.view.steps import marks, step_view
-from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run
+from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run, verdict_run
 
 BLOCK = re.compile(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', re.DOTALL)
 
@@ -169,3 +170,19 @@ def test_serve_answers_on_loopback_only(html_dir, tmp_path):
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
+
+
+NEEDS_HUMANEVAL = pytest.mark.skipif(not os.environ.get("HUMANEVAL_OVERRIDE_PATH"),
+                                     reason="HUMANEVAL_OVERRIDE_PATH not set (see scripts/test.sh)")
+
+
+@pytest.mark.parametrize("env_id", ["R2V/TerminalBench-v0", pytest.param("R2V/HumanEval-v0", marks=NEEDS_HUMANEVAL)])
+def test_the_benchmark_verdict_reaches_the_page(env_id, tmp_path):
+    verdict_run(tmp_path / "run", env_id)
+    _, [d] = read_page(write_page(tmp_path / "run", tmp_path / "v.html"))
+    if env_id == "R2V/TerminalBench-v0":
+        assert d["verdict"]["outcome"] == "resolved" and set(d["verdict"]["test_results"].values()) == {"passed"}
+        assert "tests passed" in d["final"]
+    else:
+        assert d["verdict"]["verdict"]["base"]["status"] == d["verdict"]["verdict"]["plus"]["status"] == "pass"
+        assert d["final"].startswith("Submission accepted")

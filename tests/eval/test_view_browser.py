@@ -11,7 +11,8 @@ import pytest
 
 from r2v_eval.view import write_page
 from tests.eval.chromium import Chromium, find_browser
-from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run
+from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run, verdict_run
+from tests.eval.test_view import NEEDS_HUMANEVAL
 
 pytestmark = pytest.mark.skipif(find_browser() is None, reason="no Chromium binary on PATH (Debian: apt-get install "
                                                                "-y chromium; scripts/install.sh does it as root)")
@@ -114,3 +115,15 @@ def test_markup_renders_as_text_in_chromium(browser, tmp_path, compress):
     assert b.eval("document.querySelectorAll('script').length") == 3  # the page's own blocks only
     assert b.dialogs() == [] and b.errors() == []
     b.screenshot(tmp_path / f"html-{compress}.png", full_page=True)
+
+
+@pytest.mark.parametrize("env_id, shown", [("R2V/TerminalBench-v0", "Judge outcome: resolved"),
+                                           pytest.param("R2V/HumanEval-v0", "EvalPlus: base pass, plus pass",
+                                                        marks=NEEDS_HUMANEVAL)])
+def test_verdict_in_chromium(browser, tmp_path, env_id, shown):
+    verdict_run(tmp_path / "run", env_id)
+    b = open_page(browser, write_page(tmp_path / "run", tmp_path / "v.html"))
+    open_episode(b, 0)
+    assert shown in b.eval("document.getElementById('verdict').innerText")
+    assert b.errors() == []
+    b.screenshot(tmp_path / "verdict.png", full_page=True)

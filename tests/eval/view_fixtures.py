@@ -65,3 +65,24 @@ def pipeline_run(tmp, template):
     results = evaluate(make_agents(tmp, router, valid), eval_config(heuristic_sweep=(0.2,)), tmp / "eval")
     write_report(tmp, extra={"note": "miniature"})
     return results
+
+
+VERDICT_ENVS = {"R2V/TerminalBench-v0": {"backend": "local", "perturbations": None},
+                "R2V/HumanEval-v0": {"perturbations": "composite"}}
+
+
+def verdict_run(out, env_id):
+    """A runner directory of the env's oracle on its first task: an episode that ends in the benchmark's verdict
+    (Terminal-Bench's judge outcome, HumanEval+'s EvalPlus verdict). HumanEval+ needs HUMANEVAL_OVERRIDE_PATH."""
+    import r2v_envs  # noqa: F401 - registers the envs
+    from r2v_agents.runner import RunConfig, run
+    from r2v_agents.teachers import OracleTeacher
+
+    env = gym.make(env_id, seed=0, **VERDICT_ENVS[env_id])
+    try:
+        task = env.unwrapped.task_ids("all")[0]
+    finally:
+        env.close()
+    cfg = RunConfig(env_id, str(out), task_ids=(task,), seeds=(0,), split="all", env_kwargs=VERDICT_ENVS[env_id],
+                    progress=False)
+    return run(OracleTeacher(), cfg, policy_name="oracle")
