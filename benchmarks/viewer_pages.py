@@ -14,7 +14,8 @@ agent's:
 For each page: its size, the seconds ``r2v view`` took to write it, and in Chromium (fresh browser per page):
 load-event seconds, when the summary had rendered (``performance.now()`` at the page's ready mark), the
 seconds to open the episode list, to open one episode (its chunk inflated and its steps drawn) and to sort the
-list by steps. Needs a ``chromium`` binary.
+list by steps; and the size the page would have with its step data as plain JSON (``compress="never"``).
+Needs a ``chromium`` binary.
 
     python benchmarks/viewer_pages.py --pool runs/eval-tw --out /tmp/viewer-bench
 """
@@ -192,10 +193,11 @@ def main(args: Args) -> None:
         write_s = time.monotonic() - t
         index = json.loads(page.read_text().split('id="r2v-index">', 1)[1].split("</script>", 1)[0])
         steps = sum(r[index["episode_columns"].index("steps")] for r in index["episodes"])
+        plain = write_page(run, out / f"{name}-plain.html", compress="never").stat().st_size
         print(json.dumps({"run": name, "episodes": len(index["episodes"]), "steps": steps,
                           "cells": len(index["cells"]), "encoding": index["encoding"],
-                          "html_MB": round(page.stat().st_size / 1e6, 2), "write_s": round(write_s, 1),
-                          **measure(page)}))
+                          "html_MB": round(page.stat().st_size / 1e6, 2), "plain_html_MB": round(plain / 1e6, 2),
+                          "write_s": round(write_s, 1), **measure(page)}))
 
 
 if __name__ == "__main__":
