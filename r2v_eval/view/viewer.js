@@ -118,9 +118,11 @@
     const main = el("main", { id: "summary" });
     const scored = EPS.filter((r) => !r[COL.not_run]);
     const wins = scored.filter((r) => r[COL.success]).length;
-    const facts = [["episodes", EPS.length], ["scored", scored.length], ["successes", wins],
-                   ["SR (%)", scored.length ? (100 * wins / scored.length).toFixed(1) : "-"],
-                   ["not run", EPS.length - scored.length], ["runner directories", CELLS.length]];
+    const facts = [["episodes", EPS.length], ["scored", scored.length], ["successes", wins]];
+    // one SR over a pipeline's methods and conditions together would mean nothing: its tables give them apart
+    if (INDEX.kind !== "pipeline") facts.push(["SR (%)", scored.length ? (100 * wins / scored.length).toFixed(1) : "-"]);
+    facts.push(["not run", EPS.length - scored.length], ["runner directories", CELLS.length]);
+    if (INDEX.kind === "runner" && CELLS.length) facts.unshift(["policy", CELLS[0].method], ["env", CELLS[0].env]);
     if (s.agent) facts.unshift(["agent", s.agent]);
     main.append(factList(facts, "facts"));
     for (const t of s.tables) {
@@ -134,7 +136,7 @@
       main.append(el("section", { class: "report" }, el("h2", { text: t.title }),
         table(t.columns, t.rows, t.condition !== undefined || INDEX.kind === "eval" ? rowProps : null)));
     }
-    if (!s.tables.length) main.append(el("p", { class: "note", text: "No results.json in this run: the episode list below is read from its shards." }));
+    if (!s.tables.length) main.append(el("p", { class: "note", text: "This run has no results.json: the counts above and the episode list come from its shards." }));
     for (const p of s.plots) {
       if (!String(p.src).startsWith("data:image/png;base64,")) continue;
       main.append(el("figure", {}, el("img", { src: p.src, alt: p.name }), el("figcaption", { text: p.name })));
