@@ -336,6 +336,9 @@
       el("span", { class: "t", text: "t=" + s.t }),
       el("span", { class: "badge src", text: s.source || "-" }),
       el(String(s.action).includes("\n") ? "pre" : "code", { class: "action", text: s.action === null ? "(no action)" : s.action }),
+      // how a reply became the action (a step column of agents that ground replies), also in the details table
+      (s.extra || {}).grounding !== undefined ? el("span", { class: "badge grounding", title: "how the reply became the action",
+        text: "grounding: " + s.extra.grounding }) : null,
       s.reward ? el("span", { class: "reward", text: "reward " + fmt(s.reward) }) : null,
       s.end ? el("span", { class: "badge end", text: s.end }) : null));
     if (s.goal !== undefined) card.append(el("div", { class: "label", text: s.t === 0 ? "goal" : "goal (changed)" }), markedText(s.goal || "", s.goal_marks, "goal"));

@@ -127,3 +127,22 @@ def test_verdict_in_chromium(browser, tmp_path, env_id, shown):
     assert shown in b.eval("document.getElementById('verdict').innerText")
     assert b.errors() == []
     b.screenshot(tmp_path / "verdict.png", full_page=True)
+
+
+def test_a_new_step_column_shows_without_code_changes(browser, tmp_path):
+    """A column the runner does not write yet (a reply's grounding) reaches the page's details table and badge."""
+    from r2v_eval.view.page import collect, render
+
+    out = tmp_path / "runner"
+    html_runner_run(out)
+    index, details = collect(out)
+    details[0]["steps"][0].setdefault("extra", {})["grounding"] = "normalised"
+    page = tmp_path / "g.html"
+    page.write_text(render(index, details))
+    b = open_page(browser, page)
+    b.eval("location.hash = 'episode/0'")
+    b.wait_for("document.querySelectorAll('article.step').length > 0")
+    assert b.eval("document.querySelector('article.step .badge.grounding').textContent") == "grounding: normalised"
+    b.eval("document.querySelector('article.step details').open = true")
+    assert "grounding\tnormalised" in b.eval("document.querySelector('article.step details').innerText")
+    assert b.errors() == []
