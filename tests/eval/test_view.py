@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 import re
 
 import pytest
@@ -14,7 +13,7 @@ from r2v_agents.shards import load_rows
 from r2v_eval.view import ViewArgs, main, write_page
 from r2v_eval.view.runs import NotARunError, detect
 from r2v_eval.view.steps import marks, step_view
-from tests.eval.view_fixtures import IMG, SCRIPT, eval_run, html_runner_run, verdict_run
+from tests.eval.view_fixtures import IMG, NEEDS_HUMANEVAL, SCRIPT, eval_run, html_runner_run, verdict_run
 
 BLOCK = re.compile(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', re.DOTALL)
 
@@ -171,9 +170,6 @@ def test_serve_answers_on_loopback_only(html_dir, tmp_path):
         httpd.server_close()
         thread.join(5)
 
-
-NEEDS_HUMANEVAL = pytest.mark.skipif(not os.environ.get("HUMANEVAL_OVERRIDE_PATH"),
-                                     reason="HUMANEVAL_OVERRIDE_PATH not set (see scripts/test.sh)")
 
 
 @pytest.mark.parametrize("env_id", ["R2V/TerminalBench-v0", pytest.param("R2V/HumanEval-v0", marks=NEEDS_HUMANEVAL)])

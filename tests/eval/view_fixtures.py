@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
+import pytest
 
 from r2v_agents.policy import Candidate, Decision
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '<img src=x onerror="alert(2)">'
 SCRIPTED_TASKS = ("scripted-0", "scripted-1", "scripted-2")
+NEEDS_HUMANEVAL = pytest.mark.skipif(not os.environ.get("HUMANEVAL_OVERRIDE_PATH"),
+                                     reason="HUMANEVAL_OVERRIDE_PATH not set (see scripts/test.sh)")
 
 
 class InjectHTML(gym.Wrapper):
