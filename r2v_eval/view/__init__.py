@@ -57,10 +57,11 @@ def view(args: ViewArgs) -> Path:
     return write_page(args.run, args.out, args.compress)
 
 
-def make_server(path: str | Path, port: int = 0):
-    """An HTTP server on 127.0.0.1 for the directory of ``path`` and the page's URL (call ``serve_forever``)."""
+def make_server(path: str | Path, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """An HTTP server on 127.0.0.1 that answers with the page at ``path`` (at ``/`` and ``/<name>``) and nothing
+    else, and the page's URL; call ``serve_forever``. The rest of the run directory stays unserved."""
     path = Path(path).resolve()
-    handler = functools.partial(_QuietHandler, directory=str(path.parent))
+    handler = functools.partial(_PageHandler, path)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/{path.name}"
 
@@ -76,7 +77,22 @@ def serve(path: str | Path, port: int = 0) -> None:
             pass
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _PageHandler(http.server.BaseHTTPRequestHandler):
+    def __init__(self, page: Path, *args, **kwargs):
+        self.page = page
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:  # the stdlib's hook name
+        if self.path.split("?", 1)[0] not in ("/", f"/{self.page.name}"):
+            self.send_error(404)
+            return
+        body = self.page.read_bytes()  # read per request: a rewritten page is served fresh
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, format, *args):  # no request log on stderr
         pass
 

@@ -153,6 +153,7 @@ def test_cli_writes_view_html_into_the_run(html_dir, capsys):
 
 def test_serve_answers_on_loopback_only(html_dir, tmp_path):
     import threading
+    import urllib.error
     import urllib.request
 
     from r2v_eval.view import make_server
@@ -165,6 +166,8 @@ def test_serve_answers_on_loopback_only(html_dir, tmp_path):
     try:
         with urllib.request.urlopen(url, timeout=10) as r:
             assert r.read() == page.read_bytes()
+        with pytest.raises(urllib.error.HTTPError, match="404"):  # the run's other files stay unserved
+            urllib.request.urlopen(url.rsplit("/", 1)[0] + "/run.json", timeout=10)
     finally:
         httpd.shutdown()
         httpd.server_close()
