@@ -124,6 +124,9 @@
     facts.push(["not run", EPS.length - scored.length], ["runner directories", CELLS.length]);
     if (INDEX.kind === "runner" && CELLS.length) facts.unshift(["policy", CELLS[0].method], ["env", CELLS[0].env]);
     if (s.agent) facts.unshift(["agent", s.agent]);
+    const m = s.manifests.manifest || {};
+    if (m.git_revision) facts.push(["git revision", m.git_revision]);
+    if ((m.versions || {}).r2v) facts.push(["r2v version", m.versions.r2v]);
     main.append(factList(facts, "facts"));
     for (const t of s.tables) {
       const rowProps = (r) => ({ class: "clickable", title: "show these episodes",
