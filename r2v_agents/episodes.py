@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as wait_connections
 from typing import Any, Protocol
@@ -29,6 +29,9 @@ from r2v_envs.errors import UnknownChoiceError
 
 TEACHER_SOURCES = ("teacher", "oracle")
 INFRA_SOURCE = "infra"
+VERDICT_KEYS = ("verdict", "outcome", "test_results", "judge", "network_errors")
+"""Keys of an env's last ``info`` kept in the episode row's ``verdict`` column (JSON): HumanEval+'s EvalPlus
+``verdict``, Terminal-Bench's judge ``outcome``, per-test results and judge record."""
 """``Decision.source`` of a policy that could not produce an action for reasons that are not the agent's (API
 down, rate limit, timeout after its retries): the episode ends unscored, with its ``error`` set to
 ``"infra:<kind>: <message>"`` from ``meta["infra_kind"]``/``meta["infra_error"]``, instead of stepping the env."""
@@ -285,6 +288,17 @@ def observe(ep: Episode, result: tuple, run: RunContext) -> bool:
     return term or trunc
 
 
+def _verdict(info: Mapping[str, Any]) -> str | None:
+    """The :data:`VERDICT_KEYS` of an env's last info as JSON (None when it reports none).
+
+    Example:
+        >>> _verdict({"won": True, "outcome": "resolved"}), _verdict({"won": False})
+        ('{"outcome": "resolved"}', None)
+    """
+    kept = {k: info[k] for k in VERDICT_KEYS if k in info}
+    return json.dumps(kept, sort_keys=True, default=str) if kept else None
+
+
 def finish(ep: Episode, run: RunContext, error: str | None) -> dict[str, Any]:
     """The episode's record: ``{"episode": row, "steps": rows, "router": rows}`` (Eq. 7 labels)."""
     key = {"episode_id": ep.episode_id, "env_id": run.cfg.env_id, "benchmark": run.benchmark,
@@ -295,7 +309,9 @@ def finish(ep: Episode, run: RunContext, error: str | None) -> dict[str, Any]:
                "return": float(sum(s["reward"] for s in ep.steps)),
                "teacher_calls": sum(s["source"] in TEACHER_SOURCES for s in ep.steps),
                "cost": float(sum(s["cost"] for s in ep.steps)), "terminated": bool(last.get("terminated", False)),
-               "truncated": bool(last.get("truncated", False)), "error": error}
+               "truncated": bool(last.get("truncated", False)), "error": error,
+               "final_observation": ep.ctx.observation if ep.ctx is not None and ep.steps else None,
+               "verdict": _verdict(ep.info)}
     y = int(not success)  # Eq. 7: every context of a failed episode is labelled 1
     router = [{**key, "t": s["t"], "features": s["features"], "y": y, "source": s["source"],
                "router_prob": s["router_prob"]} for s in ep.steps if s["features"] is not None]

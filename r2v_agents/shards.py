@@ -57,7 +57,9 @@ def schemas() -> dict[str, Any]:
             ("completion_logprobs", pa.list_(f64))]),
         "episodes": pa.schema(key + [
             ("policy", s), ("success", pa.bool_()), ("steps", i64), ("return", f64), ("teacher_calls", i64),
-            ("cost", f64), ("terminated", pa.bool_()), ("truncated", pa.bool_()), ("error", s)]),
+            ("cost", f64), ("terminated", pa.bool_()), ("truncated", pa.bool_()), ("error", s),
+            # what the env answered the last action (e.g. the judge's summary) and its verdict keys (JSON)
+            ("final_observation", s), ("verdict", s)]),
         "router": pa.schema(key + [("t", i64), ("features", pa.list_(f64)), ("y", i64), ("source", s),
                                    ("router_prob", f64)]),
     }

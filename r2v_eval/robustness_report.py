@@ -77,7 +77,8 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
         lines += [f"![SR by perturbation]({os.path.basename(plot)})", ""]
     lines += ["Trajectories: each cell's `run_dir` holds the runner's Parquet shards "
               "(`datasets.load_dataset(\"parquet\", data_files=\"<run_dir>/steps-*.parquet\")`); "
-              "`r2v eval show <out> --episode <task@z>` prints one episode as the agent saw it.", ""]
+              "`r2v eval show <out> --episode <task@z>` prints one episode as the agent saw it; `r2v view <out>` writes "
+              "a page to browse every episode step by step (`view.html`).", ""]
     return "\n".join(lines)
 
 
