@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.eval.chromium, run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.chromium, run from a checkout
 
 from r2v_agents.shards import ShardWriter, load_rows
 
@@ -109,8 +109,8 @@ def write_cell(d: Path, rng, pool, tasks, seeds, method, max_steps, env="R2V/Tex
 
 def synthetic_pipeline(out: Path, pool, args: Args) -> Path:
     from r2v_eval.stats import pareto_front
-    from r2v_train.evaluate import run_metrics
-    from r2v_train.report import write_report
+    from r2v_train.evaluation.methods import run_metrics
+    from r2v_train.evaluation.report import write_report
 
     rng = np.random.default_rng(args.seed)
     tasks = [f"tw-game-{i:03d}" for i in range(args.tasks)]
@@ -155,7 +155,7 @@ def synthetic_eval(out: Path, pool, args: Args) -> Path:
 
 
 def measure(page: Path) -> dict:
-    from tests.eval.chromium import Chromium
+    from tests.support.chromium import Chromium
 
     with Chromium() as b:
         load = b.open(page.resolve().as_uri(), timeout=300)

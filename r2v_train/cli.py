@@ -2,6 +2,7 @@
 
     r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v   # the whole chain + report
     r2v eval --agent AGENT --envs R2V/TextWorld-v0 --tasks 20                 # any agent's robustness report
+    r2v view runs/eval                                                        # a run in the browser, offline
     r2v train --run-dir runs/r2v --preset tiny                                # the training chain only
     r2v doctor                                                                # what this machine gives the suite
 
@@ -25,6 +26,7 @@ import tyro
 
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main
+from r2v_eval.view import main as view_main
 from r2v_train import run_dir as paths
 from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
 from r2v_train.chain.stages import ChainConfig, run_chain, set_threads
@@ -214,6 +216,8 @@ COMMANDS: dict[str, Command] = {
                       _flags(table1_main, Table1Args, "table1")),
     "eval": Command("any agent's robustness report over envs x perturbations (also compare, show, report)",
                     lambda argv: eval_main(argv)),
+    "view": Command("one self-contained HTML page of a run: summary, episodes, every step (--serve: on 127.0.0.1)",
+                    lambda argv: view_main(argv)),
     "train": Command("the training chain (Algorithm 1) over one run directory", _chain(None)),
     "collect": Command("the chain's rollout stages: split, teacher, replay, router data",
                        _chain(("split", "teacher", "replay", "router_data"))),

@@ -13,7 +13,7 @@ from r2v_agents.shards import load_rows
 from r2v_eval.view import ViewArgs, main, write_page
 from r2v_eval.view.runs import NotARunError, detect
 from r2v_eval.view.steps import marks, step_view
-from tests.eval.view_fixtures import IMG, NEEDS_HUMANEVAL, SCRIPT, eval_run, html_runner_run, verdict_run
+from tests.support.view_runs import IMG, NEEDS_HUMANEVAL, SCRIPT, eval_run, html_runner_run, verdict_run
 
 BLOCK = re.compile(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', re.DOTALL)
 

@@ -55,16 +55,16 @@ def html_runner_run(out):
 
     cfg = RunConfig("R2V/Scripted-v0", str(out), task_ids=SCRIPTED_TASKS[:2], seeds=(0,),
                     env_kwargs={"perturbations": "injection"}, max_steps=6,
-                    wrappers=("tests.eval.view_fixtures:InjectHTML",), progress=False)
+                    wrappers=("tests.support.view_runs:InjectHTML",), progress=False)
     return run(html_agent, cfg, policy_name="html-agent")
 
 
 def pipeline_run(tmp, template):
     """The evaluation part of a miniature ``r2v pipeline`` run in ``tmp``: the six methods under two conditions
     (``eval/results.json``, ``eval/runs/<condition>/<method>``), a heuristic sweep, ``report.md`` and its PNGs."""
-    from r2v_train.evaluate import evaluate
-    from r2v_train.report import write_report
-    from tests.eval_fixtures import copy_trained_run, eval_config, make_agents
+    from r2v_train.evaluation.methods import evaluate
+    from r2v_train.evaluation.report import write_report
+    from tests.support.eval_runs import copy_trained_run, eval_config, make_agents
 
     router, _, valid, _ = copy_trained_run(template, tmp)
     results = evaluate(make_agents(tmp, router, valid), eval_config(heuristic_sweep=(0.2,)), tmp / "eval")
