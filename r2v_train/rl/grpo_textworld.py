@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from r2v_agents.tiny import build_tiny_model, env_corpus, train_tokenizer
+from r2v_train.chain.saving import bf16_default, cuda_available, use_checkpointing
 from r2v_train.rl.grpo_env import EpisodeRollout, env_reward, episode_dataset
 
 
@@ -89,7 +90,7 @@ def main(args: Args) -> dict:
             tok.pad_token = tok.eos_token
     else:
         model, tok = tiny_model(args, env_kwargs)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    before = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 
     rollout = EpisodeRollout(args.env_id, env_kwargs, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                              admissible=args.admissible)
@@ -98,7 +99,8 @@ def main(args: Args) -> dict:
         output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=batch,
         num_generations=args.num_generations, max_completion_length=args.max_completion_length,
         learning_rate=args.learning_rate, temperature=args.temperature, logging_steps=1, save_strategy="no",
-        report_to="none", seed=args.seed, bf16=False, gradient_checkpointing=False, use_cpu=True,
+        report_to="none", seed=args.seed, bf16=bf16_default(None), use_cpu=not cuda_available(),
+        gradient_checkpointing=use_checkpointing(None, model),  # a GPU when there is one, CPU-safe otherwise
         dataloader_num_workers=0)
     trainer = GRPOTrainer(model=model, reward_funcs=[env_reward], args=config, processing_class=tok,
                           train_dataset=episode_dataset(args.max_steps * args.prompts_per_step, seed=args.seed),
@@ -106,7 +108,7 @@ def main(args: Args) -> dict:
     trainer.train()
     rollout.close()
     logs = [h for h in trainer.state.log_history if "reward" in h]
-    changed = sum(int(not torch.equal(before[n], p.detach())) for n, p in model.named_parameters())
+    changed = sum(int(not torch.equal(before[n], p.detach().cpu())) for n, p in model.named_parameters())
     summary = {"env_id": args.env_id, "model": args.model or "tiny", "steps": trainer.state.global_step,
                "episodes": rollout.episodes, "rewards": [h["reward"] for h in logs],
                "changed_tensors": changed,

@@ -41,3 +41,17 @@ def test_the_stage_keys_of_finished_runs_hold():
     assert sorted(DPOConfig().identity()) == sorted(DPOConfig.STAGE_KEY_FIELDS)
     assert BCConfig(gradient_accumulation_steps=4).identity()["gradient_accumulation_steps"] == 4
     assert "gradient_checkpointing" in DPOConfig(gradient_checkpointing=True).identity()
+
+
+def test_precision_and_device_follow_cuda(monkeypatch):
+    """BC, DPO and the GRPO example take bf16 and the GPU where CUDA offers them, fp32 on the CPU otherwise."""
+    import torch
+
+    from r2v_train.chain.saving import bf16_default, cuda_available
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not cuda_available() and not bf16_default(None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert cuda_available() and bf16_default(None)
+    assert not bf16_default(False)  # a config's explicit choice wins
