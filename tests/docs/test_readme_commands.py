@@ -1,0 +1,219 @@
+"""The README's commands run, at a miniature size, and every relative link of the docs resolves.
+
+Every fenced ``bash`` / ``sh`` / ``python`` block of README.md, and of the "Quick start" section of each page under
+docs/, is run here:
+
+* python blocks are executed as written in a subprocess (cwd: the repository root), with ``runs/`` pointed at a
+  temporary directory so nothing lands in the checkout;
+* each shell command (continuation lines joined, comments dropped) must have an entry in :data:`SHELL`, which
+  says how it runs at a miniature size (``r2v`` becomes ``python -m r2v_train.cli``, run dirs go to a temporary
+  directory, sizes shrink) and whether it is slow. A command with no entry fails
+  :func:`test_every_documented_command_is_mapped`, so a command cannot enter the README or a quick start
+  untested. ``bash scripts/main.sh`` and ``bash scripts/test.sh`` are what CI runs: they are only checked to exist
+  (and the test script to run pytest).
+
+Other checks: the README stays a front door (at most 220 lines, only bash/sh/python fences), its command table
+is exactly the ``r2v`` dispatch table, and every relative link of README.md and docs/**/*.md names an existing
+file, without an anchor (headings move; files are what the test can hold to).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from r2v_train.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
+RUN_LANGS = ("bash", "sh", "python")
+FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+README_MAX_LINES = 220
+R2V = [sys.executable, "-m", "r2v_train.cli"]
+
+
+# ------------------------------------------------------------------------------------------------ what is documented
+def fences(text: str) -> Iterator[tuple[str, str]]:
+    """``(language, body)`` of each fenced block of a markdown text."""
+    for m in FENCE.finditer(text):
+        yield m.group(1).lower(), m.group(2)
+
+
+def quick_start(text: str) -> str:
+    """The "Quick start" section of a docs page (up to the next heading of its level or above); "" if none."""
+    m = re.search(r"^(#+) Quick start[^\n]*\n", text, re.MULTILINE)
+    if not m:
+        return ""
+    end = re.compile(rf"^#{{1,{len(m.group(1))}}} ", re.MULTILINE).search(text, m.end())
+    return text[m.end(): end.start() if end else len(text)]
+
+
+def documented_blocks() -> list[tuple[str, int, str, str]]:
+    """``(page, index, language, body)`` of every block this test runs: the README's and the docs' quick starts."""
+    out = []
+    for path, text in [(README, README.read_text())] + [(p, quick_start(p.read_text())) for p in DOCS]:
+        page = path.relative_to(ROOT).as_posix()
+        out += [(page, i, lang, body) for i, (lang, body) in enumerate(fences(text)) if lang in RUN_LANGS]
+    return out
+
+
+def shell_commands(body: str) -> list[str]:
+    """The commands of a shell block: continuation lines joined, comments and blank lines dropped, each command
+    normalised to ``shlex.join`` of its words (the key of :data:`SHELL`)."""
+    commands = []
+    for line in body.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            commands.append(shlex.join(words))
+    return commands
+
+
+# ------------------------------------------------------------------------------------------------ how each one runs
+@dataclass(frozen=True)
+class Mini:
+    """How a documented shell command runs here: ``argv(tmp)`` at a miniature size, then ``check(tmp, stdout)``."""
+
+    argv: Callable[[Path], list[str]]
+    slow: bool = False
+    timeout_s: int = 120
+    check: Callable[[Path, str], None] = lambda tmp, out: None
+
+
+def _eval_report(tmp: Path, out: str) -> None:
+    results = json.loads((tmp / "eval" / "results.json").read_text())
+    assert (tmp / "eval" / "report.md").is_file() and str(tmp / "eval" / "report.md") in out
+    assert [c["perturbation"] for c in results["cells"]] == ["none", "composite"]
+    assert all(c["episodes"] == 2 and c["not_run"] == 0 for c in results["cells"]), results["cells"]
+
+
+def _pipeline_report(run: str) -> Callable[[Path, str], None]:
+    def check(tmp: Path, out: str) -> None:
+        results = json.loads((tmp / run / "eval" / "results.json").read_text())
+        assert {"slm", "r2v", "llm"} <= set(results["conditions"][results["main_condition"]])
+        assert (tmp / run / "report.md").is_file()
+    return check
+
+
+def _third_party(tmp: Path, out: str) -> None:
+    assert json.loads(out.strip().splitlines()[-1])["episodes"] > 0
+    assert list((tmp / "third-party").glob("episodes-*.parquet"))
+
+
+MINIATURE_PIPELINE = Mini(lambda tmp: R2V + ["pipeline", "--config", "r2v_train/configs/miniature.yaml",
+                                             "--run-dir", str(tmp / "mini"), "--progress", "False"],
+                          slow=True, timeout_s=1200, check=_pipeline_report("mini"))
+
+# Every shell command of the README and of the docs' quick starts, exactly as written (after shlex.join).
+SHELL: dict[str, Mini | None] = {
+    # CI runs these two (exempt here: see test_setup_scripts_exist)
+    "bash scripts/main.sh": None,
+    "bash scripts/test.sh": None,
+    # the fast lane: collected with its marker expression (running it here would run the suite inside the suite)
+    "python -m pytest -m 'not slow'": Mini(
+        lambda tmp: [sys.executable, "-m", "pytest", "-m", "not slow", "--collect-only", "-q", "-p",
+                     "no:cacheprovider"], slow=True, timeout_s=600,
+        check=lambda tmp, out: re.search(r"\d+/\d+ tests collected \(\d+ deselected\)", out) or pytest.fail(out)),
+    # README quick start 2: two perturbation settings instead of six, 10 steps per episode instead of 50, the
+    # report in a temporary directory
+    "r2v eval --agent r2v_eval.agents:first_admissible --envs R2V/TextWorld-v0 --tasks 2 --seeds 0": Mini(
+        lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:first_admissible", "--envs", "R2V/TextWorld-v0",
+                           "--tasks", "2", "--seeds", "0", "--perturbations", "none", "composite",
+                           "--max-steps", "10", "--out", str(tmp / "eval"), "--no-progress"], check=_eval_report),
+    # README quick start 3: the main job becomes the miniature config
+    "r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v": MINIATURE_PIPELINE,
+    # docs/training.md
+    "r2v pipeline --config r2v_train/configs/miniature.yaml --run-dir runs/miniature": MINIATURE_PIPELINE,
+    # docs/textworld.md: the small suite into the user's cache (a no-op once generated)
+    "r2v textworld-generate --suite small --workers 2": Mini(
+        lambda tmp: R2V + ["textworld-generate", "--suite", "small", "--workers", "2"], slow=True, timeout_s=900,
+        check=lambda tmp, out: re.search(r"^24 games in ", out, re.MULTILINE) or pytest.fail(out)),
+    # docs/agents.md
+    "python -m r2v_agents.examples.third_party_agent runs/third-party": Mini(
+        lambda tmp: [sys.executable, "-m", "r2v_agents.examples.third_party_agent", str(tmp / "third-party")],
+        check=_third_party),
+}
+
+# Python blocks slower than a few seconds (heavy engines, several episodes), and blocks that need data.
+SLOW_PYTHON_PAGES = {"docs/alfworld.md", "docs/humaneval.md", "docs/terminalbench.md", "docs/agents.md",
+                     "docs/runner-and-rl.md"}
+NEEDS_ENV = {"docs/humaneval.md": "HUMANEVAL_OVERRIDE_PATH"}
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _run(argv: list[str], timeout_s: int) -> str:
+    proc = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout_s,
+                          check=False)
+    assert proc.returncode == 0, f"{shlex.join(argv)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+# ------------------------------------------------------------------------------------------------ the tests
+BLOCKS = documented_blocks()
+COMMAND_CASES = sorted({c for _, _, lang, body in BLOCKS if lang != "python" for c in shell_commands(body)})
+
+
+def test_readme_is_a_front_door() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    langs = {lang for lang, _ in fences(text)}
+    assert langs <= set(RUN_LANGS), f"README fences the test cannot run: {langs - set(RUN_LANGS)}"
+    assert "r2v eval --agent r2v_eval.agents:first_admissible --envs R2V/TextWorld-v0 --tasks 2 --seeds 0" in text
+
+
+def test_every_documented_command_is_mapped() -> None:
+    unmapped = [c for c in COMMAND_CASES if c not in SHELL]
+    assert not unmapped, f"documented commands with no miniature run in tests/docs/test_readme_commands.py: {unmapped}"
+    assert len(COMMAND_CASES) >= 4 and sum(lang == "python" for _, _, lang, _ in BLOCKS) >= 2
+
+
+def test_setup_scripts_exist() -> None:
+    assert (ROOT / "scripts" / "main.sh").is_file()
+    assert re.search(r"^[^#\n]*-m pytest\b", (ROOT / "scripts" / "test.sh").read_text(), re.MULTILINE)
+
+
+def test_command_table_is_the_dispatch_table() -> None:
+    rows = re.findall(r"^\| `r2v ([\w-]+)` \|", README.read_text(), re.MULTILINE)
+    assert rows == list(COMMANDS), "README's command table must list every r2v command once, in COMMANDS' order"
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=[pytest.mark.slow] if (SHELL.get(c) and SHELL[c].slow) else [], id=c[:60])
+    for c in COMMAND_CASES if SHELL.get(c) is not None])
+def test_documented_command_runs(command: str, tmp_path: Path) -> None:
+    mini = SHELL[command]
+    mini.check(tmp_path, _run(mini.argv(tmp_path), mini.timeout_s))
+
+
+@pytest.mark.parametrize("page,index,body", [
+    pytest.param(page, i, body, marks=[pytest.mark.slow] if page in SLOW_PYTHON_PAGES else [], id=f"{page}:{i}")
+    for page, i, lang, body in BLOCKS if lang == "python"])
+def test_documented_python_runs(page: str, index: int, body: str, tmp_path: Path) -> None:
+    if page in NEEDS_ENV and not os.environ.get(NEEDS_ENV[page]):
+        pytest.skip(f"{page} needs ${NEEDS_ENV[page]}")
+    code = re.sub(r"(?<=[\"'])runs/", f"{tmp_path.as_posix()}/runs/", body)
+    _run([sys.executable, "-c", code], 600 if page in SLOW_PYTHON_PAGES else 120)
+
+
+def test_relative_links_resolve() -> None:
+    bad = []
+    for path in [README] + DOCS:
+        for target in LINK.findall(path.read_text()):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            if "#" in target or not (path.parent / target).resolve().is_file():
+                bad.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not bad, f"relative links must name an existing file, without an anchor: {bad}"
