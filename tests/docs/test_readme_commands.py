@@ -163,6 +163,7 @@ def _run(argv: list[str], timeout_s: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ the tests
 BLOCKS = documented_blocks()
+_DONE: dict[int, tuple[Path, str]] = {}
 COMMAND_CASES = sorted({c for _, _, lang, body in BLOCKS if lang != "python" for c in shell_commands(body)})
 
 
@@ -195,7 +196,9 @@ def test_command_table_is_the_dispatch_table() -> None:
     for c in COMMAND_CASES if SHELL.get(c) is not None])
 def test_documented_command_runs(command: str, tmp_path: Path) -> None:
     mini = SHELL[command]
-    mini.check(tmp_path, _run(mini.argv(tmp_path), mini.timeout_s))
+    if id(mini) not in _DONE:  # two documented commands with one miniature (the pipeline) run it once
+        _DONE[id(mini)] = (tmp_path, _run(mini.argv(tmp_path), mini.timeout_s))
+    mini.check(*_DONE[id(mini)])
 
 
 @pytest.mark.parametrize("page,index,body", [
