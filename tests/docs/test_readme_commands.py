@@ -13,8 +13,9 @@ docs/, is run here:
   (and the test script to run pytest).
 
 Other checks: the README stays a front door (at most 220 lines, only bash/sh/python fences), its command table
-is exactly the ``r2v`` dispatch table, and every relative link of README.md and docs/**/*.md names an existing
-file, without an anchor (headings move; files are what the test can hold to).
+is exactly the ``r2v`` dispatch table, docs/architecture.md names every module of the four packages, and every
+relative link of README.md and docs/**/*.md names an existing file, without an anchor (headings move; files are
+what the test can hold to).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ class Mini:
     slow: bool = False
     timeout_s: int = 120
     check: Callable[[Path, str], None] = lambda tmp, out: None
+    needs: Mini | None = None
+    """a miniature whose outputs this one reads (run first, in the same temporary directory)"""
 
 
 def _eval_report(tmp: Path, out: str) -> None:
@@ -110,6 +113,10 @@ def _third_party(tmp: Path, out: str) -> None:
     assert list((tmp / "third-party").glob("episodes-*.parquet"))
 
 
+MINIATURE_EVAL = Mini(lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:first_admissible", "--envs",
+                                         "R2V/TextWorld-v0", "--tasks", "2", "--seeds", "0", "--perturbations", "none",
+                                         "composite", "--max-steps", "10", "--out", str(tmp / "eval"), "--no-progress"],
+                      check=_eval_report)
 MINIATURE_PIPELINE = Mini(lambda tmp: R2V + ["pipeline", "--config", "r2v_train/configs/miniature.yaml",
                                              "--run-dir", str(tmp / "mini"), "--progress", "False"],
                           slow=True, timeout_s=1200, check=_pipeline_report("mini"))
@@ -125,11 +132,12 @@ SHELL: dict[str, Mini | None] = {
                      "no:cacheprovider"], slow=True, timeout_s=600,
         check=lambda tmp, out: re.search(r"\d+/\d+ tests collected \(\d+ deselected\)", out) or pytest.fail(out)),
     # README quick start 2: two perturbation settings instead of six, 10 steps per episode instead of 50, the
-    # report in a temporary directory
-    "r2v eval --agent r2v_eval.agents:first_admissible --envs R2V/TextWorld-v0 --tasks 2 --seeds 0": Mini(
-        lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:first_admissible", "--envs", "R2V/TextWorld-v0",
-                           "--tasks", "2", "--seeds", "0", "--perturbations", "none", "composite",
-                           "--max-steps", "10", "--out", str(tmp / "eval"), "--no-progress"], check=_eval_report),
+    # report in a temporary directory; then the viewer on that run
+    "r2v eval --agent r2v_eval.agents:first_admissible --envs R2V/TextWorld-v0 --tasks 2 --seeds 0": MINIATURE_EVAL,
+    "python -m r2v_eval.view runs/eval": Mini(
+        lambda tmp: [sys.executable, "-m", "r2v_eval.view", str(tmp / "eval")], needs=MINIATURE_EVAL,
+        check=lambda tmp, out: out.strip() == str(tmp / "eval" / "view.html") and (tmp / "eval" / "view.html").is_file()
+        or pytest.fail(out)),
     # README quick start 3: the main job becomes the miniature config
     "r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v": MINIATURE_PIPELINE,
     # docs/training.md
@@ -196,9 +204,17 @@ def test_command_table_is_the_dispatch_table() -> None:
     for c in COMMAND_CASES if SHELL.get(c) is not None])
 def test_documented_command_runs(command: str, tmp_path: Path) -> None:
     mini = SHELL[command]
-    if id(mini) not in _DONE:  # two documented commands with one miniature (the pipeline) run it once
+    mini.check(*_ran(mini, tmp_path))
+
+
+def _ran(mini: Mini, tmp_path: Path) -> tuple[Path, str]:
+    """``(temporary directory, stdout)`` of a miniature, run once per session (two documented commands share the
+    pipeline's; the viewer reads the evaluation's)."""
+    if id(mini) not in _DONE:
+        if mini.needs is not None:
+            tmp_path = _ran(mini.needs, tmp_path)[0]
         _DONE[id(mini)] = (tmp_path, _run(mini.argv(tmp_path), mini.timeout_s))
-    mini.check(*_DONE[id(mini)])
+    return _DONE[id(mini)]
 
 
 @pytest.mark.parametrize("page,index,body", [
@@ -209,6 +225,15 @@ def test_documented_python_runs(page: str, index: int, body: str, tmp_path: Path
         pytest.skip(f"{page} needs ${NEEDS_ENV[page]}")
     code = re.sub(r"(?<=[\"'])runs/", f"{tmp_path.as_posix()}/runs/", body)
     _run([sys.executable, "-c", code], 600 if page in SLOW_PYTHON_PAGES else 120)
+
+
+def test_architecture_lists_every_module() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    modules = [p.relative_to(ROOT).as_posix() for pkg in ("r2v_envs", "r2v_agents", "r2v_eval", "r2v_train")
+               for p in sorted((ROOT / pkg).rglob("*.py"))
+               if p.name != "__init__.py" and "shipped_tasks" not in p.parts]
+    missing = [m for m in modules if f"`{m}`" not in text]
+    assert not missing, f"docs/architecture.md's module map lacks {missing}"
 
 
 def test_relative_links_resolve() -> None:
