@@ -134,8 +134,8 @@ SHELL: dict[str, Mini | None] = {
     # README quick start 2: two perturbation settings instead of six, 10 steps per episode instead of 50, the
     # report in a temporary directory; then the viewer on that run
     "r2v eval --agent r2v_eval.agents:first_admissible --envs R2V/TextWorld-v0 --tasks 2 --seeds 0": MINIATURE_EVAL,
-    "python -m r2v_eval.view runs/eval": Mini(
-        lambda tmp: [sys.executable, "-m", "r2v_eval.view", str(tmp / "eval")], needs=MINIATURE_EVAL,
+    "r2v view runs/eval": Mini(
+        lambda tmp: R2V + ["view", str(tmp / "eval")], needs=MINIATURE_EVAL,
         check=lambda tmp, out: out.strip() == str(tmp / "eval" / "view.html") and (tmp / "eval" / "view.html").is_file()
         or pytest.fail(out)),
     # README quick start 3: the main job becomes the miniature config
