@@ -201,8 +201,8 @@ def _chain(stages: Sequence[str] | None) -> Callable[[list[str]], Any]:
     return lambda argv: chain_main(argv, stages)
 
 
-_ABLATIONS = {"features": "Table 6: the router's feature groups removed one at a time",
-              "closed-source": "Table 7: the router without the SLM's internals (closed-source features)",
+_ABLATIONS = {"features": "Table 7: the router's feature groups removed one at a time",
+              "closed-source": "Table 6: the router without the SLM's internals (closed-source features)",
               "cvar": "Table 5: the CVaR grid (alpha x epsilon)",
               "cvar-scaled": "Table 5's grid on the miss-scale budget (the scaled setting)",
               "cvar-deviation": "Table 5's grid on the deviation_scaled setting",

@@ -19,9 +19,9 @@ from r2v_envs.fileio import jsonable
 MODEL_DIR, CHECKPOINT_DIR, DONE_FILE = "model", "checkpoints", "bc_done.json"
 CHECKPOINTING_MIN_PARAMS = 100_000_000
 """models this large recompute activations in backward (gradient checkpointing) unless a config says otherwise:
-SmolLM2-135M DPO on HumanEval+ pairs (~650 tokens, batch 1) peaked at 14.6 GB on CPU without it and was
-OOM-killed twice on a 23 GB machine; a 7B LoRA BC step at batch 8 peaked at 64.9 GB on an H100 without it and at
-21.5 GB at batch 16 with it. The tiny CPU models keep the faster path."""
+SmolLM2-135M DPO on HumanEval+ pairs (~650 tokens, batch 1) peaks at 14.6 GB on CPU without it, more than a
+24 GB machine can spare next to the envs; a 7B LoRA BC step at batch 8 peaked at 64.9 GB on an H100 without it and
+at 21.5 GB at batch 16 with it. The tiny CPU models keep the faster path."""
 
 
 def use_checkpointing(flag: bool | None, model: Any) -> bool:
