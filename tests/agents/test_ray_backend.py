@@ -12,6 +12,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: a Ray cluster
+
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.teachers import OracleTeacher
 from r2v_envs.errors import UnknownChoiceError

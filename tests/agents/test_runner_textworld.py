@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: TextWorld episodes through the runner
+
 pytest.importorskip("textworld")
 
 from r2v_agents.routed import RoutedPolicy  # noqa: E402

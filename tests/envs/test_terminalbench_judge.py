@@ -26,7 +26,7 @@ from r2v_envs.terminalbench.runtime import build_test_runtime
 from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatWarning, load_suite, load_task
 from tests.support import DATA
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # end to end: sandboxed task episodes and the hack battery
 SUITE_DIR = DATA / "terminalbench"
 OWN = ("copy-tests-to-workdir", "harbor-csv-stats", "upstream-uv-bootstrap")
 BWRAP = "bwrap" in available_isolations()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: evaluation grids across worker counts and a killed run
+
 pytest.importorskip("textworld")
 
 from r2v_agents.shards import load_rows  # noqa: E402

@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: an OpenAI-compatible server and client
+
 pytest.importorskip("openai")
 pytest.importorskip("transformers")
 

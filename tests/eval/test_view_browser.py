@@ -13,8 +13,9 @@ from r2v_eval.view import write_page
 from tests.support.chromium import Chromium, find_browser
 from tests.support.view_runs import IMG, NEEDS_HUMANEVAL, SCRIPT, eval_run, html_runner_run, verdict_run
 
-pytestmark = pytest.mark.skipif(find_browser() is None, reason="no Chromium binary on PATH (Debian: apt-get install "
-                                                               "-y chromium; scripts/install.sh does it as root)")
+pytestmark = [pytest.mark.skipif(find_browser() is None, reason="no Chromium binary on PATH (Debian: apt-get "
+                                                                "install -y chromium; scripts/install.sh does it as root)"),
+              pytest.mark.slow]  # end to end: headless Chromium
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: training in subprocesses with pinned kernels
+
 from r2v_envs.errors import UnknownChoiceError
 from r2v_train.chain.stages import ChainConfig, stage_key
 from r2v_train.runtime.cpu import CPU_KERNELS

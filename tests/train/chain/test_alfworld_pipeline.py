@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: the miniature pipeline on ALFWorld
+
 pytest.importorskip("alfworld", reason="alfworld is not installed: pip install 'r2v[alfworld]' (needs cmake, g++)")
 pytest.importorskip("fast_downward", reason="fast-downward-textworld is missing: pip install 'r2v[alfworld]'")
 pytest.importorskip("trl")

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: BC training runs
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: the miniature pipeline on HumanEval+ and TerminalBench
+
 from tests.support import DATA
 
 torch = pytest.importorskip("torch")

@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: the whole tiny chain and a miniature pipeline
+
 pytest.importorskip("textworld")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")

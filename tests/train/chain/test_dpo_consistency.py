@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: DPO + consistency training runs
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: BC and DPO through accelerate launch in subprocesses
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("accelerate")

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: retrained routers and their evaluations
+
 from r2v_agents.features import FEATURE_GROUPS, FEATURE_NAMES
 from r2v_agents.router_mlp import load_router
 from r2v_agents.shards import load_rows

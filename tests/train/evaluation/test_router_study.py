@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+
+pytestmark = pytest.mark.slow  # end to end: router settings, repeats and counterfactual rollouts
 import torch
 
 import r2v_envs  # noqa: F401

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end: pipelines per benchmark
+
 from r2v_train import table1
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
 from r2v_train.evaluation.report import parse_markdown_table
