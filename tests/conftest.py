@@ -49,6 +49,7 @@ def _generate_in_background(specs, stop):
     serve_queue(take, lambda spec, root, exc: None, nice=_BACKGROUND_NICE)
 
 
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected: games only for the tests that will run
 def pytest_collection_modifyitems(session, config, items):
     import importlib.util
     import threading

@@ -147,6 +147,7 @@ def test_generation_is_byte_stable(tmp_path):
     assert not [p for p in (tmp_path / "b").rglob("*") if p.name.startswith(".")]  # no temporary leftovers
 
 
+@pytest.mark.slow  # generates and plays the 39 games of the default suite's test split
 @pytest.mark.textworld_games("default", "test")
 def test_expert_wins_default_test_split(textworld_games):
     """The oracle teacher must win (nearly) every game it is evaluated on: >= 99% of the test split."""
