@@ -98,6 +98,7 @@ def test_dangerous_imports_score_lower(verifier):
     assert risky < safe
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not os.environ.get("HUMANEVAL_OVERRIDE_PATH"), reason="HUMANEVAL_OVERRIDE_PATH not set")
 def test_ranks_canonical_above_wrong_on_95_percent_of_tasks(verifier):

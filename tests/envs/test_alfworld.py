@@ -65,6 +65,7 @@ def test_build_game_covers_every_family_and_is_deterministic(index):
     assert generate.build_game(SUITE_SEED + 1, index).game != spec.game
 
 
+@pytest.mark.slow
 def test_expert_wins_every_game_of_the_test_split(cache):
     env = make(cache, split="test")
     ids = env.unwrapped.task_ids()
@@ -80,6 +81,7 @@ def test_expert_wins_every_game_of_the_test_split(cache):
     env.close()
 
 
+@pytest.mark.slow
 def test_pick_two_family_is_won_too(cache):
     env = make(cache, split="all")
     task_id = next(t for t in env.unwrapped.task_ids() if t.endswith("pick_two_obj_and_place"))
@@ -104,6 +106,7 @@ def test_wrong_actions_fail_and_bad_input_gets_feedback(cache):
         gym.make("R2V/ALFWorld-v0", source="online")
 
 
+@pytest.mark.slow
 def test_same_seed_same_trajectory_under_composite_perturbations(cache):
     runs = []
     for _ in range(2):

@@ -62,6 +62,7 @@ def expert_episode(env, task_id: str):
     return steps, reward, info
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_all_canonical_solutions_win_and_wrong_ones_lose(problems):
     """Through the env, 2 envs in parallel: expert path (write, test, submit) and a `return None` body."""

@@ -97,6 +97,7 @@ def _stdout(proc: subprocess.Popen) -> bytes:
     return out
 
 
+@pytest.mark.slow
 def test_same_seed_identical_bytes_in_two_processes():
     # the three interpreters run side by side (each spends most of its time importing textworld)
     procs = [_trace_process(SEED), _trace_process(SEED), _trace_process(SEED + 1)]
@@ -124,6 +125,7 @@ def test_expert_is_optional():
     assert info["expert_action"] is None and info["admissible_actions"]
 
 
+@pytest.mark.slow
 def test_generation_is_byte_stable(tmp_path):
     """A game server (import once, warm up, fork per game) writes the bytes of a fresh one-game process, after
     a failed game and another family's game; the failure is a typed error and the server carries on."""

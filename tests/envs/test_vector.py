@@ -103,7 +103,8 @@ def _info_view(infos: dict) -> dict:
     return {k: [str(x) for x in infos[k]] for k in keys} | {"_task_id": infos["_task_id"].tolist()}
 
 
-@pytest.mark.parametrize("env_id", sorted(r2v_envs.ENV_IDS))
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i == "R2V/ALFWorld-v0" else i
+                                    for i in sorted(r2v_envs.ENV_IDS)])  # ALFWorld: games generated first
 def test_check_env(env_id, alfworld_cache):
     env = gym.make(env_id, **env_kwargs(env_id, alfworld_cache))
     with warnings.catch_warnings(record=True) as caught:
@@ -116,7 +117,8 @@ def test_check_env(env_id, alfworld_cache):
             and not issubclass(w.category, ResourceWarning)] == []
 
 
-@pytest.mark.parametrize("env_id", sorted(r2v_envs.ENV_IDS))
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i == "R2V/ALFWorld-v0" else i
+                                    for i in sorted(r2v_envs.ENV_IDS)])  # ALFWorld: games generated first
 def test_make_vec_sync_equals_async(env_id, alfworld_cache):
     kwargs = env_kwargs(env_id, alfworld_cache)
     before = _children()

@@ -35,6 +35,7 @@ def test_member_folds_hold_each_rollout_out_once_per_split():
     assert [f.sum() for f in member_folds(10, bag=3, folds=1, seed=0)] == [0, 0, 0]
 
 
+@pytest.mark.slow
 def test_bagged_router_operating_point_moves_less_across_repeats():
     """Repeats as the pipeline makes them: new training and validation rollouts and a new router seed. The
     escalation rate on one fixed test set (the operating point) spreads less for the bagged router with pooled
@@ -52,6 +53,7 @@ def test_bagged_router_operating_point_moves_less_across_repeats():
     assert spread["bagged"] < 0.7 * spread["single"], rates
 
 
+@pytest.mark.slow
 def test_bagged_router_is_deterministic_resumable_and_loads_as_one_router(tmp_path):
     train, valid = _rollouts(60, 1), _rollouts(20, 2)
     a = fit_router(train, valid, BAGGED, run_dir=tmp_path / "a")
