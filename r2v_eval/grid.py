@@ -136,7 +136,7 @@ def resolve_tasks(grid: GridConfig, env_id: str) -> list[str]:
     try:
         base = env.unwrapped
         base.split = grid.split
-        ids = list(base.split_task_ids())
+        ids = list(base.task_ids())
     finally:
         env.close()
     return ids[:grid.tasks] if grid.tasks else ids
