@@ -15,7 +15,8 @@ Per (benchmark, perturbation) cell:
 * for model agents, the share of grounded steps whose action was not named exactly (``normalised``,
   ``similar``, ``raw`` or ``empty``, :mod:`r2v_agents.grounding`), and for every agent the share of played
   actions that are invalid (:func:`r2v_agents.grounding.is_invalid`: not among the step's admissible actions,
-  or outside HumanEval+'s / TerminalBench's command syntax).
+  or outside HumanEval+'s / TerminalBench's command syntax); steps whose admissible list a perturbation cut
+  short are not judged, since a valid action may be among the hidden ones.
 
 The bootstrap helpers are the ones the pipeline's Table 1 uses (:func:`r2v_eval.stats.bootstrap_episodes`,
 :func:`r2v_eval.stats.paired_bootstrap`).
@@ -86,7 +87,7 @@ def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
     keys = ("tokens", "latency_s", "latency_steps", "retries", "has_tokens", "has_latency", "grounded",
             "non_exact", "judged", "invalid")
     out: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(keys, 0.0))
-    cols = ["episode_id", "benchmark", "action", "admissible_actions", "grounding", "meta"]
+    cols = ["episode_id", "benchmark", "action", "admissible_actions", "grounding", "perturbations", "meta"]
     for d in sorted({e["dir"] for e in episodes.values()}):
         for row in load_rows(d, "steps", columns=cols):
             if episodes.get(row["episode_id"], {}).get("dir") != d:
@@ -104,7 +105,10 @@ def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
             if row.get("grounding") is not None:
                 acc["grounded"] += 1
                 acc["non_exact"] += row["grounding"] in NON_EXACT
-            bad = is_invalid(row["action"] or "", row["admissible_actions"], row["benchmark"] or "")
+            # a list a perturbation cut short cannot judge membership: the action may be valid but hidden
+            hidden = any(ev.get("channel") == "admissible_actions" for ev in json.loads(row["perturbations"] or "[]"))
+            bad = None if hidden and row["admissible_actions"] is not None else \
+                is_invalid(row["action"] or "", row["admissible_actions"], row["benchmark"] or "")
             if bad is not None:
                 acc["judged"] += 1
                 acc["invalid"] += bad
