@@ -52,10 +52,9 @@ from typing import Any
 from r2v_agents.backbones import SMOLLM2, load_backbone
 from r2v_agents.context import Context
 from r2v_agents.episodes import INFRA_SOURCE
-from r2v_agents.policy import BatchPolicy, Decision, as_policy
 from r2v_agents.grounding import CODE_BENCHMARKS, LIKELIHOOD, ground, reply_complete
 from r2v_agents.likelihood import best_action, score_actions
-from r2v_agents.policy import Candidate
+from r2v_agents.policy import BatchPolicy, Candidate, Decision, as_policy
 from r2v_agents.prompts import PromptConfig, build_prompt, parse_completion, system_prompt
 from r2v_agents.reference import ExpertAgent, RandomAgent
 from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig

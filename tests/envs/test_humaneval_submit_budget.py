@@ -46,7 +46,7 @@ def test_a_correct_program_keeps_evalplus_verdict_within_the_budget():
     try:
         env.reset()
         env.step("write_code\n```python\nreturn x + y\n```")
-        obs, reward, terminated, _, info = env.step("submit")
+        _, reward, _, _, info = env.step("submit")
     finally:
         env.close()
     v = info["verdict"]
