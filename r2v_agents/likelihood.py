@@ -12,7 +12,7 @@ prompt per action; the scores equal those of scoring each ``prompt + action`` on
 
 Example:
     >>> pack_layout(prompt_len=2, action_lens=[2, 1])
-    ([0, 1, 2, 3, 2], [[1, 2], [1, 3]], [[2, 3], [4]])
+    ([0, 1, 2, 3, 2], [[1, 2], [1]], [[2, 3], [4]])
 """
 
 from __future__ import annotations

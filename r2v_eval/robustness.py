@@ -102,7 +102,7 @@ def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
                 acc["latency_steps"] += 1
                 acc["has_latency"] = 1.0
             acc["retries"] += sum((meta.get("retries") or {}).values())
-            if row.get("grounding") is not None:
+            if row.get("grounding") in GROUNDING_KINDS:  # a reply went through the chain (not a likelihood pick)
                 acc["grounded"] += 1
                 acc["non_exact"] += row["grounding"] in NON_EXACT
             # a list a perturbation cut short cannot judge membership: the action may be valid but hidden
