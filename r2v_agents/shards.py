@@ -151,10 +151,9 @@ def load_table(out_dir: str | os.PathLike, kind: str, columns: list[str] | None 
     schema = schemas()[kind]
     if columns is not None:
         schema = pa.schema([schema.field(c) for c in columns])
-    # a shard written before a column existed lacks it: read what it has, concat fills the rest with nulls
     tables = [pq.read_table(p, columns=columns if columns is None else
                             [c for c in columns if c in pq.read_schema(p).names]) for p in files]
-    # shards written before a column was added read it as null
+    # a shard written before a column was added lacks it: read what it has; concat fills the rest with nulls
     return pa.concat_tables(tables, promote_options="default") if tables else schema.empty_table()
 
 
