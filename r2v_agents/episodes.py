@@ -28,6 +28,9 @@ from r2v_agents.shards import token_columns
 from r2v_envs.errors import UnknownChoiceError
 
 TEACHER_SOURCES = ("teacher", "oracle")
+REPLY_KEYS = ("grounding", "reply")
+"""``Decision.meta`` keys written as step columns of their own: how a model agent's reply became the action
+(:data:`r2v_agents.grounding.GROUNDING_KINDS`, ``"likelihood"``, or None) and the reply's text."""
 INFRA_SOURCE = "infra"
 VERDICT_KEYS = ("verdict", "outcome", "test_results", "judge", "network_errors")
 """Keys of an env's last ``info`` kept in the episode row's ``verdict`` column (JSON): HumanEval+'s EvalPlus
@@ -280,7 +283,9 @@ def observe(ep: Episode, result: tuple, run: RunContext) -> bool:
         "features": None if d.features is None else [float(x) for x in d.features],
         "router_prob": None if d.router_prob is None else float(d.router_prob), "cost": float(d.cost),
         "reward": reward, "terminated": term, "truncated": trunc,
-        "expert_action": prev_info.get("expert_action"), "meta": json.dumps(d.meta, sort_keys=True, default=str),
+        "expert_action": prev_info.get("expert_action"), "grounding": d.meta.get("grounding"),
+        "reply": d.meta.get("reply"),
+        "meta": json.dumps({k: v for k, v in d.meta.items() if k not in REPLY_KEYS}, sort_keys=True, default=str),
         **token_columns(getattr(d, "tokens", None))})
     if error is not None:
         return True

@@ -37,7 +37,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from r2v_agents.context import Context
@@ -56,6 +57,7 @@ ACTION_STYLES = ("line", "block")
 # Benchmarks whose actions span lines (R2V/HumanEval-v0: `write_code` + a fenced block); all others: one line.
 BLOCK_ENVS = frozenset({"R2V/HumanEval-v0"})
 FENCE = "```"
+_ALNUM = re.compile(r"[A-Za-z0-9]")
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class PromptConfig:
     """Admissible actions listed at most (None/absent lists are omitted)."""
     max_chars: int = 4000
     """Hard budget for the whole prompt; this is also the normaliser of the context-length feature."""
+    drop_banner: bool = False
+    """Drop an ASCII-art banner (lines without a letter or digit) heading an observation: TextWorld's first
+    observation opens with ~20 such lines, which a chat model reads as noise and pays for in latency."""
 
 
 DEFAULT_PROMPT = PromptConfig()
@@ -82,8 +87,25 @@ def _tail(text: str, n: int) -> str:
     return text if len(text) <= n else "..." + text[len(text) - n:]
 
 
+def drop_banner(text: str) -> str:
+    """``text`` without the lines that head it and hold no letter or digit (an ASCII-art banner, blank lines).
+
+    Example:
+        >>> drop_banner("\\n  ___  __\\n |   \\\\$$ |\\n\\nYou are hungry!\\n\\n-= Kitchen =-")
+        'You are hungry!\\n\\n-= Kitchen =-'
+    """
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines) and not _ALNUM.search(lines[i]):
+        i += 1
+    return "\n".join(lines[i:])
+
+
 def build_prompt(ctx: Context, config: PromptConfig = DEFAULT_PROMPT) -> str:
     """The model prompt for context ``ctx`` (goal, admissible actions, recent history, observation)."""
+    if config.drop_banner:
+        ctx = replace(ctx, observation=drop_banner(ctx.observation),
+                      history=tuple(replace(t, observation=drop_banner(t.observation)) for t in ctx.history))
     head = [f"Goal: {ctx.goal.strip()}"]
     if ctx.admissible_actions:
         head.append("Admissible actions: " + " | ".join(ctx.admissible_actions[:config.max_admissible]))

@@ -51,7 +51,9 @@ def schemas() -> dict[str, Any]:
             ("admissible_actions", pa.list_(s)), ("perturbations", s), ("action", s), ("source", s),
             ("candidates", pa.list_(candidate)), ("verifier_score", f64), ("features", pa.list_(f64)),
             ("router_prob", f64), ("cost", f64), ("reward", f64), ("terminated", pa.bool_()),
-            ("truncated", pa.bool_()), ("expert_action", s), ("meta", s),
+            ("truncated", pa.bool_()), ("expert_action", s),
+            # how a model agent's reply became the action, and the reply (null for other policies)
+            ("grounding", s), ("reply", s), ("meta", s),
             # RL-ready columns, null unless the acting SLM recorded them (SLMPolicy(record_tokens=True))
             ("prompt_ids", pa.list_(i64)), ("completion_ids", pa.list_(i64)),
             ("completion_logprobs", pa.list_(f64))]),
@@ -151,8 +153,9 @@ def load_table(out_dir: str | os.PathLike, kind: str, columns: list[str] | None 
     schema = schemas()[kind]
     if columns is not None:
         schema = pa.schema([schema.field(c) for c in columns])
-    tables = [pq.read_table(p, columns=columns) for p in files]
-    # shards written before a column was added read it as null
+    tables = [pq.read_table(p, columns=columns if columns is None else
+                            [c for c in columns if c in pq.read_schema(p).names]) for p in files]
+    # a shard written before a column was added lacks it: read what it has; concat fills the rest with nulls
     return pa.concat_tables(tables, promote_options="default") if tables else schema.empty_table()
 
 

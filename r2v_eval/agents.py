@@ -12,6 +12,17 @@ Specs (:func:`build_agent`):
   :mod:`r2v_agents.backbones` where that module exists.
 * ``slm:RUN_DIR`` / ``r2v:RUN_DIR``: the distilled SLM alone, or the routed R2V agent (SLM + router + the run's
   teacher), from a ``r2v train`` / ``r2v pipeline`` run directory.
+* ``random`` / ``expert``: the reference floor and ceiling (:mod:`r2v_agents.reference`): a uniform admissible
+  action seeded per (``--agent-seed``, episode, step), and the env's expert action.
+
+Replies of the model agents (``openai``, ``hf:``) become actions through :class:`ReplyReader`: the grounding
+chain of :mod:`r2v_agents.grounding` by default (each step records how: the ``grounding`` and ``reply`` step
+columns), a ``--parser`` when one is given, or the reply's first line as it is with ``--grounding off``.
+``--choose likelihood`` (``hf:`` only) plays the admissible action the model finds most likely
+(:mod:`r2v_agents.likelihood`) and records every action's score as the step's candidates; steps without a list of
+concrete actions (HumanEval+, TerminalBench) generate and ground instead. Prompts are bounded
+(:data:`AGENT_PROMPT`: the last 3 turns, capped observations, TextWorld's banner dropped) and a reply gets at
+most :data:`LINE_TOKENS` new tokens (:data:`BLOCK_TOKENS` for code) unless ``--max-tokens`` says otherwise.
 
 Infrastructure failures are not agent failures: the model agents retry rate limits, 5xx, timeouts, connection
 errors and malformed responses with exponential backoff, count every retry in their step's ``meta``, and when
@@ -41,14 +52,29 @@ from typing import Any
 from r2v_agents.backbones import SMOLLM2, load_backbone
 from r2v_agents.context import Context
 from r2v_agents.episodes import INFRA_SOURCE
-from r2v_agents.policy import BatchPolicy, Decision, as_policy
-from r2v_agents.prompts import build_prompt, parse_completion
-from r2v_agents.teachers import SYSTEM_PROMPT, OpenAITeacher, OpenAITeacherConfig
+from r2v_agents.grounding import CODE_BENCHMARKS, LIKELIHOOD, ground, reply_complete
+from r2v_agents.likelihood import best_action, score_actions
+from r2v_agents.policy import BatchPolicy, Candidate, Decision, as_policy
+from r2v_agents.prompts import PromptConfig, build_prompt, parse_completion, system_prompt
+from r2v_agents.reference import ExpertAgent, RandomAgent
+from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig
 from r2v_agents.workers import load_callable
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 
 INFRA_KINDS = ("rate_limit", "server_error", "timeout", "connection", "malformed_response", "api_error", "budget")
 PARSERS = ("first-line", "last-line", "regex:PATTERN", "module:callable")
+GROUNDING_MODES = ("on", "off")
+CHOICES = ("generate", "likelihood")
+AGENT_PROMPT = PromptConfig(history_turns=3, history_obs_chars=160, max_obs_chars=1000, max_admissible=40,
+                            max_chars=3500, drop_banner=True)
+"""The prompt of the model agents: bounded so that a step's cost does not grow with the episode."""
+LINE_TOKENS = 24
+"""New tokens of a one-line action (the longest ALFWorld/TextWorld commands are about 12 tokens; a model that
+wraps the command in a short sentence still fits, and the grounding chain finds it there)."""
+BLOCK_TOKENS = 384
+"""New tokens of a code action (HumanEval+'s write_code with a function)."""
+REPLY_CHARS = 4000
+"""Characters of a reply kept in the step's ``reply`` column."""
 
 
 @dataclass
@@ -61,12 +87,18 @@ class AgentOptions:
     """endpoint root, e.g. http://127.0.0.1:8000/v1 (openai; default $OPENAI_BASE_URL or OpenAI)"""
     api_key_env: str = "OPENAI_API_KEY"
     """environment variable holding the API key (a local server may need none)"""
-    system_prompt: str = SYSTEM_PROMPT
-    """system message; '@path' reads it from a file"""
-    parser: str = "first-line"
-    """how a completion becomes an action: first-line | last-line | regex:PATTERN (group 1) | module:callable"""
-    max_tokens: int = 48
-    """completion tokens per action"""
+    system_prompt: str = ""
+    """system message ('' : r2v's, per benchmark); '@path' reads it from a file"""
+    grounding: str = "on"
+    """on: map each reply onto an action (exact, normalised, similar, else as it is); off: the reply's first line"""
+    choose: str = "generate"
+    """generate: ground the model's reply; likelihood: play the admissible action the model scores highest (hf:)"""
+    parser: str = ""
+    """overrides grounding: first-line | last-line | regex:PATTERN (group 1) | module:callable"""
+    agent_seed: int = 0
+    """seed of --agent random"""
+    max_tokens: int | None = None
+    """completion tokens per action (None: 24 for a command, 384 for code)"""
     temperature: float = 0.0
     """sampling temperature (0: greedy)"""
     timeout_s: float = 60.0
@@ -88,11 +120,59 @@ class AgentOptions:
     device: str | None = None
     """torch device of an hf: agent (None: cpu)"""
 
+    def __post_init__(self) -> None:
+        if self.grounding not in GROUNDING_MODES:
+            raise UnknownChoiceError("grounding mode", self.grounding, GROUNDING_MODES)
+        if self.choose not in CHOICES:
+            raise UnknownChoiceError("action choice", self.choose, CHOICES)
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
     def system_text(self) -> str:
+        """The system prompt override ('' : r2v's own, chosen per benchmark by :func:`system_for`)."""
         if self.system_prompt.startswith("@"):
             with open(self.system_prompt[1:]) as fh:
                 return fh.read()
         return self.system_prompt
+
+
+class ReplyReader:
+    """How a model's reply becomes the step's action, and what the step records about it (``grounding``: the
+    link of the chain that produced the action, None when the reply was not grounded; ``reply``: the text).
+
+    Example:
+        >>> from r2v_agents.context import Context
+        >>> ctx = Context.start("g", "o", {"admissible_actions": ["go south", "look"]})
+        >>> ReplyReader()("You should try going south.", ctx)
+        ('go south', {'grounding': 'normalised', 'reply': 'You should try going south.'})
+        >>> ReplyReader(grounding=False)("You should try going south.", ctx)[0]
+        'You should try going south.'
+    """
+
+    def __init__(self, grounding: bool = True, parser: Callable[[str], str] | None = None):
+        self.grounding, self.parser = grounding, parser
+
+    def __call__(self, reply: str, ctx: Context) -> tuple[str, dict[str, Any]]:
+        meta: dict[str, Any] = {"grounding": None, "reply": reply[:REPLY_CHARS]}
+        if self.parser is not None:
+            return self.parser(reply), meta
+        if not self.grounding:
+            return parse_completion(reply), meta
+        g = ground(reply, ctx.admissible_actions, ctx.benchmark)
+        meta["grounding"] = g.kind
+        return g.action, meta
+
+
+def max_tokens_for(ctx: Context, override: int | None) -> int:
+    """New tokens a reply at ``ctx`` may take (:data:`LINE_TOKENS`, :data:`BLOCK_TOKENS` for code)."""
+    if override is not None:
+        return override
+    return BLOCK_TOKENS if ctx.benchmark in CODE_BENCHMARKS else LINE_TOKENS
+
+
+def system_for(ctx: Context, override: str = "") -> str:
+    """The system prompt at ``ctx``: the override, else r2v's for the benchmark's action style."""
+    return override or system_prompt("block" if ctx.benchmark in CODE_BENCHMARKS else "line")
 
 
 def make_parser(spec: str) -> Callable[[str], str]:
@@ -113,9 +193,11 @@ def make_parser(spec: str) -> Callable[[str], str]:
     raise UnknownChoiceError("action parser", spec, PARSERS)
 
 
-def chat_messages(ctx: Context, system_prompt: str) -> list[dict[str, str]]:
-    """The chat the model sees at this step: the system prompt, then the shared prompt builder's text."""
-    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": build_prompt(ctx)}]
+def chat_messages(ctx: Context, system: str = "") -> list[dict[str, str]]:
+    """The chat the model sees at this step: the system prompt, then the shared prompt builder's text
+    (bounded by :data:`AGENT_PROMPT`)."""
+    return [{"role": "system", "content": system_for(ctx, system)},
+            {"role": "user", "content": build_prompt(ctx, AGENT_PROMPT)}]
 
 
 def infra_decision(kind: str, message: str, attempts: int, retries: Mapping[str, int]) -> Decision:
@@ -149,10 +231,11 @@ class OpenAIChatAgent(OpenAITeacher):
 
     name = "openai"
 
-    def __init__(self, config: OpenAITeacherConfig, system_prompt: str = SYSTEM_PROMPT,
-                 parser: Callable[[str], str] = parse_completion, client: Any = None):
+    def __init__(self, config: OpenAITeacherConfig, system_prompt: str = "", reader: ReplyReader | None = None,
+                 client: Any = None, max_tokens: int | None = None):
         super().__init__(config, client)
-        self.system_prompt, self.parser = system_prompt, parser
+        self.system_prompt, self.reader = system_prompt, reader or ReplyReader()
+        self.max_tokens = max_tokens
 
     def query(self, ctx: Context) -> Decision:
         cfg = self.config
@@ -166,7 +249,8 @@ class OpenAIChatAgent(OpenAITeacher):
                 return infra_decision("budget", "request budget spent", attempt, retries)
             try:
                 resp = self.client.chat.completions.create(model=cfg.model, messages=messages,
-                                                           max_tokens=cfg.max_tokens, temperature=cfg.temperature)
+                                                           max_tokens=max_tokens_for(ctx, self.max_tokens),
+                                                           temperature=cfg.temperature)
                 content = resp.choices[0].message.content
                 if content is not None and not isinstance(content, str):
                     raise TypeError(f"message content is {type(content).__name__}")
@@ -183,12 +267,13 @@ class OpenAIChatAgent(OpenAITeacher):
             p_tok = int(getattr(usage, "prompt_tokens", 0) or 0)
             c_tok = int(getattr(usage, "completion_tokens", 0) or 0)
             cost = self._account(p_tok, c_tok)
-            # An empty or unparseable reply is the agent's own answer: it is played (the env answers with
-            # feedback), not retried.
-            return Decision(action=self.parser(content or ""), source="agent", cost=cost,
+            # An empty or ungroundable reply is the agent's own answer: it is played (the env answers with
+            # feedback) and counted invalid, not retried.
+            action, meta = self.reader(content or "", ctx)
+            return Decision(action=action, source="agent", cost=cost,
                             meta={"prompt_tokens": p_tok, "completion_tokens": c_tok, "attempts": attempt + 1,
                                   "retries": dict(retries), "latency_s": round(time.perf_counter() - start, 4),
-                                  "raw": (content or "")[:200]})
+                                  **meta})
         return infra_decision(kind, message, cfg.max_retries + 1, retries)  # pragma: no cover - loop returns
 
     def act_batch(self, contexts, infos):
@@ -197,16 +282,20 @@ class OpenAIChatAgent(OpenAITeacher):
 
 class HFChatAgent(BatchPolicy):
     """A local transformers causal LM as the agent: the chat template when the tokenizer has one, greedy (or
-    sampled at ``temperature``) decoding, batched over the live episodes."""
+    sampled at ``temperature``) decoding batched over the live episodes, or (``choose="likelihood"``) the
+    admissible action it scores highest, one forward pass per decision."""
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, system_prompt: str = SYSTEM_PROMPT,
-                 parser: Callable[[str], str] = parse_completion, max_new_tokens: int = 48,
-                 temperature: float = 0.0, batch_size: int = 8):
+    def __init__(self, model: Any, tokenizer: Any, system_prompt: str = "", reader: ReplyReader | None = None,
+                 max_new_tokens: int | None = None, temperature: float = 0.0, batch_size: int = 8,
+                 choose: str = "generate"):
+        if choose not in CHOICES:
+            raise UnknownChoiceError("action choice", choose, CHOICES)
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.system_prompt, self.parser = system_prompt, parser
+        self.system_prompt, self.reader = system_prompt, reader or ReplyReader()
         self.max_new_tokens, self.temperature, self.batch_size = max_new_tokens, temperature, batch_size
+        self.choose = choose
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -228,34 +317,74 @@ class HFChatAgent(BatchPolicy):
             return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return f"{messages[0]['content']}\n\n{messages[1]['content']}"
 
-    def act_batch(self, contexts, infos):
-        out: list[Decision] = []
-        for i in range(0, len(contexts), self.batch_size):
-            out += self._generate([self.render(c) for c in contexts[i:i + self.batch_size]])
-        return out
+    def by_likelihood(self, ctx: Context) -> bool:
+        """Whether this step is chosen by likelihood: asked for, and the step lists concrete actions."""
+        return self.choose == "likelihood" and bool(ctx.admissible_actions) and ctx.benchmark not in CODE_BENCHMARKS
 
-    def _generate(self, prompts: list[str]) -> list[Decision]:
+    def act_batch(self, contexts, infos):
+        out: dict[int, Decision] = {}
+        gen = [i for i, c in enumerate(contexts) if not self.by_likelihood(c)]
+        for i, c in enumerate(contexts):
+            if self.by_likelihood(c):
+                out[i] = self._choose(c)
+        for k in range(0, len(gen), self.batch_size):
+            part = gen[k:k + self.batch_size]
+            out.update(zip(part, self._generate([contexts[i] for i in part])))
+        return [out[i] for i in range(len(contexts))]
+
+    def _choose(self, ctx: Context) -> Decision:
+        start = time.perf_counter()
+        prompt = self.render(ctx)
+        actions = list(ctx.admissible_actions or ())
+        scores = score_actions(self.model, self.tokenizer, prompt, actions)
+        p_tok = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        return Decision(action=best_action(actions, scores), source="agent",
+                        candidates=[Candidate(a, logprob=s) for a, s in zip(actions, scores)],
+                        meta={"grounding": LIKELIHOOD, "reply": None, "prompt_tokens": p_tok,
+                              "completion_tokens": 0, "latency_s": round(time.perf_counter() - start, 4)})
+
+    def _generate(self, contexts: list[Context]) -> list[Decision]:
         import torch
 
         start = time.perf_counter()
+        prompts = [self.render(c) for c in contexts]
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.model.device) for k, v in enc.items()}
         sample = self.temperature > 0
+        new_tokens = max(max_tokens_for(c, self.max_new_tokens) for c in contexts)
+        lines = all(c.benchmark not in CODE_BENCHMARKS for c in contexts)
+        stop = [LineStop(self.tokenizer, enc["input_ids"].shape[1])] if lines else None
         with torch.no_grad():
-            gen = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=sample,
+            gen = self.model.generate(**enc, max_new_tokens=new_tokens, do_sample=sample,
                                       temperature=self.temperature if sample else None, top_p=None, top_k=None,
-                                      pad_token_id=self.tokenizer.pad_token_id)
+                                      pad_token_id=self.tokenizer.pad_token_id, stopping_criteria=stop)
         new = gen[:, enc["input_ids"].shape[1]:]
         latency = (time.perf_counter() - start) / len(prompts)
         eos = self.tokenizer.eos_token_id
         out = []
-        for row, mask in zip(new.tolist(), enc["attention_mask"].tolist()):
+        for ctx, row, mask in zip(contexts, new.tolist(), enc["attention_mask"].tolist()):
             ids = row[:row.index(eos)] if eos in row else row
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            out.append(Decision(action=self.parser(text), source="agent",
+            action, meta = self.reader(text, ctx)
+            out.append(Decision(action=action, source="agent",
                                 meta={"prompt_tokens": int(sum(mask)), "completion_tokens": len(ids),
-                                      "latency_s": round(latency, 4), "raw": text[:200]}))
+                                      "latency_s": round(latency, 4), **meta}))
         return out
+
+
+class LineStop:
+    """A ``generate`` stopping criterion for one-line actions: a row stops once its reply holds a complete line
+    (:func:`r2v_agents.grounding.reply_complete`), so a model that rambles on pays for one line, not for
+    ``max_tokens``."""
+
+    def __init__(self, tokenizer: Any, prompt_len: int):
+        self.tokenizer, self.prompt_len = tokenizer, prompt_len
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
+        return torch.tensor([reply_complete(t) for t in texts], dtype=torch.bool, device=input_ids.device)
 
 
 def first_admissible(obs: str, info: Mapping[str, Any]) -> str:
@@ -267,7 +396,14 @@ def first_admissible(obs: str, info: Mapping[str, Any]) -> str:
 def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPolicy, str]:
     """``(policy, name)`` for an agent spec (module docstring); the name is recorded in every run directory."""
     opts = options or AgentOptions()
-    parser = make_parser(opts.parser)
+    reader = ReplyReader(grounding=opts.grounding == "on", parser=make_parser(opts.parser) if opts.parser else None)
+    if opts.choose == "likelihood" and not spec.startswith("hf:"):
+        raise ValueError("--choose likelihood scores actions with a local model's log-probabilities: use an hf: "
+                         "agent (an endpoint does not return the log-probability of a given text)")
+    if spec == "random":
+        return RandomAgent(opts.agent_seed), f"random:{opts.agent_seed}"
+    if spec == "expert":
+        return ExpertAgent(), "expert"
     if spec == "openai":
         if not opts.model:
             raise ValueError("--agent openai needs --model (the model name at the endpoint)")
@@ -275,14 +411,15 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
                                   timeout_s=opts.timeout_s, max_retries=opts.max_retries, backoff_s=opts.backoff_s,
                                   max_backoff_s=opts.max_backoff_s, budget=opts.budget,
                                   price_in_per_mtok=opts.price_in_per_mtok,
-                                  price_out_per_mtok=opts.price_out_per_mtok, max_tokens=opts.max_tokens,
-                                  temperature=opts.temperature, concurrency=opts.concurrency)
-        return OpenAIChatAgent(cfg, opts.system_text(), parser), f"openai:{opts.model}"
+                                  price_out_per_mtok=opts.price_out_per_mtok,
+                                  max_tokens=opts.max_tokens or LINE_TOKENS, temperature=opts.temperature,
+                                  concurrency=opts.concurrency)
+        return OpenAIChatAgent(cfg, opts.system_text(), reader, max_tokens=opts.max_tokens), f"openai:{opts.model}"
     if spec.startswith("hf:"):
         path = spec[3:]
-        kw = {"system_prompt": opts.system_text(), "parser": parser, "max_new_tokens": opts.max_tokens,
-              "temperature": opts.temperature}
-        name = f"hf:{os.path.basename(os.path.normpath(path))}"
+        kw = {"system_prompt": opts.system_text(), "reader": reader, "max_new_tokens": opts.max_tokens,
+              "temperature": opts.temperature, "choose": opts.choose}
+        name = f"hf:{os.path.basename(os.path.normpath(path))}" + ("+likelihood" if opts.choose == "likelihood" else "")
         return HFChatAgent.from_pretrained(path, device=opts.device, **kw), name
     kind, _, arg = spec.partition(":")
     if arg and kind in plugin_agents():
@@ -292,8 +429,8 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         if isinstance(obj, type):
             obj = obj()
         return as_policy(obj, spec), spec
-    raise UnknownChoiceError("agent spec", spec, ("openai", "hf:PATH", "slm:RUN_DIR", "r2v:RUN_DIR",
-                                                  "module:callable"))
+    raise UnknownChoiceError("agent spec", spec, ("openai", "hf:PATH", "random", "expert", "slm:RUN_DIR",
+                                                  "r2v:RUN_DIR", "module:callable"))
 
 
 # Agent kinds that installed packages provide (``KIND:ARG`` specs) through the ``r2v.agents`` entry points of their
@@ -320,6 +457,6 @@ def plugin_agent(kind: str, arg: str) -> BatchPolicy:
 
 
 def agent_concurrency(policy: Any) -> int:
-    """How many requests the agent can have in flight (1 for local agents)."""
+    """How many requests the agent can have in flight (an endpoint's ``concurrency``; a local model's batch)."""
     cfg = getattr(policy, "config", None)
-    return int(getattr(cfg, "concurrency", 1) or 1)
+    return int(getattr(cfg, "concurrency", 0) or getattr(policy, "batch_size", 1) or 1)

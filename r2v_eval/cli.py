@@ -30,7 +30,7 @@ class EvalArgs:
     """Evaluate an agent over env ids x perturbation settings x seeds x tasks and write a robustness report."""
 
     agent: str
-    """openai | module:callable | hf:PATH | slm:RUN_DIR | r2v:RUN_DIR"""
+    """openai | hf:PATH | random | expert | module:callable | slm:RUN_DIR | r2v:RUN_DIR"""
     out: str = "runs/eval"
     """evaluation directory (a rerun resumes)"""
     envs: tuple[str, ...] = ("R2V/TextWorld-v0",)

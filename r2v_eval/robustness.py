@@ -10,8 +10,13 @@ Per (benchmark, perturbation) cell:
 * pass^k over seeds (tau-bench): for a task run on n seeds with c successes, C(c, k) / C(n, k), averaged over
   tasks: the chance that k independent perturbation draws all succeed;
 * worst-seed SR: the lowest per-seed SR (the tail that a CVaR objective cares about);
-* mean steps, tokens, cost and agent latency per episode, and retries (requests retried inside the agent, and
-  episodes rerun by the grid's retry passes).
+* mean steps, tokens, cost and agent latency per episode, the agent's mean latency per step, and retries
+  (requests retried inside the agent, and episodes rerun by the grid's retry passes);
+* for model agents, the share of grounded steps whose action was not named exactly (``normalised``,
+  ``similar``, ``raw`` or ``empty``, :mod:`r2v_agents.grounding`), and for every agent the share of played
+  actions that are invalid (:func:`r2v_agents.grounding.is_invalid`: not among the step's admissible actions,
+  or outside HumanEval+'s / TerminalBench's command syntax); steps whose admissible list a perturbation cut
+  short are not judged, since a valid action may be among the hidden ones.
 
 The bootstrap helpers are the ones the pipeline's Table 1 uses (:func:`r2v_eval.stats.episode_metrics`,
 :func:`r2v_eval.stats.paired_bootstrap`).
@@ -34,11 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from r2v_agents.grounding import GROUNDING_KINDS, is_invalid
 from r2v_agents.shards import load_rows
 from r2v_eval.stats import episode_metrics, paired_bootstrap
 
 CLEAN = "none"
 _INFRA = re.compile(r"^infra:(\w+): (\d+) attempts?; ")
+NON_EXACT = frozenset(GROUNDING_KINDS) - {"exact"}
+"""Grounding kinds where the model did not name an action exactly (``likelihood`` choices name one by design)."""
 EPISODE_COLUMNS = ["episode_id", "benchmark", "task_id", "z", "success", "steps", "teacher_calls", "cost", "error"]
 
 
@@ -74,11 +82,14 @@ def failure_kind(error: str | None) -> str | None:
 
 
 def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per episode: tokens, latency and request retries summed over its logged steps (from step ``meta``)."""
-    out: dict[str, dict[str, float]] = defaultdict(lambda: {"tokens": 0.0, "latency_s": 0.0, "retries": 0.0,
-                                                            "has_tokens": 0.0, "has_latency": 0.0})
+    """Per episode, summed over its logged steps: tokens, latency and request retries (from step ``meta``),
+    steps with a latency, grounded steps and those not grounded exactly, and judgeable / invalid actions."""
+    keys = ("tokens", "latency_s", "latency_steps", "retries", "has_tokens", "has_latency", "grounded",
+            "non_exact", "judged", "invalid")
+    out: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(keys, 0.0))
+    cols = ["episode_id", "benchmark", "action", "admissible_actions", "grounding", "perturbations", "meta"]
     for d in sorted({e["dir"] for e in episodes.values()}):
-        for row in load_rows(d, "steps", columns=["episode_id", "meta"]):
+        for row in load_rows(d, "steps", columns=cols):
             if episodes.get(row["episode_id"], {}).get("dir") != d:
                 continue  # a step of an attempt that was superseded by a retry
             meta = json.loads(row["meta"] or "{}")
@@ -88,13 +99,30 @@ def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
                 acc["has_tokens"] = 1.0
             if "latency_s" in meta:
                 acc["latency_s"] += float(meta["latency_s"])
+                acc["latency_steps"] += 1
                 acc["has_latency"] = 1.0
             acc["retries"] += sum((meta.get("retries") or {}).values())
+            if row.get("grounding") in GROUNDING_KINDS:  # a reply went through the chain (not a likelihood pick)
+                acc["grounded"] += 1
+                acc["non_exact"] += row["grounding"] in NON_EXACT
+            # a list a perturbation cut short cannot judge membership: the action may be valid but hidden
+            hidden = any(ev.get("channel") == "admissible_actions" for ev in json.loads(row["perturbations"] or "[]"))
+            bad = None if hidden and row["admissible_actions"] is not None else \
+                is_invalid(row["action"] or "", row["admissible_actions"], row["benchmark"] or "")
+            if bad is not None:
+                acc["judged"] += 1
+                acc["invalid"] += bad
     for e in episodes.values():  # the retries of the request that finally failed are in the error text
         m = _INFRA.match(e["error"] or "")
         if m:
             out[e["episode_id"]]["retries"] += int(m.group(2)) - 1
     return out
+
+
+def _share(meta: Sequence[Mapping[str, float]], part: str, whole: str) -> float | None:
+    """``100 * sum(part) / sum(whole)`` over episodes (None when ``whole`` is 0)."""
+    total = sum(m[whole] for m in meta)
+    return 100 * sum(m[part] for m in meta) / total if total else None
 
 
 def pass_hat_k(successes: Sequence[int], n: int, k: int) -> float:
@@ -140,6 +168,10 @@ def cell_metrics(cell: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> 
         has_lat = [x["latency_s"] for x in m if x["has_latency"]]
         out["mean_tokens"] = float(np.mean(has_tok)) if has_tok else None
         out["mean_latency_s"] = float(np.mean(has_lat)) if has_lat else None
+        lat_steps = sum(x["latency_steps"] for x in m)
+        out["step_latency_s"] = sum(x["latency_s"] for x in m) / lat_steps if lat_steps else None
+        out["non_exact_pct"] = _share(m, "non_exact", "grounded")
+        out["invalid_pct"] = _share(m, "invalid", "judged")
     return out
 
 

@@ -56,9 +56,13 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
               "episodes, paired 95% CI. pass^k over seeds as in tau-bench; worst seed = lowest per-seed SR. "
               "*Not run* = episodes that could not be run (agent infrastructure after retries, or env faults): "
               "excluded from SR, never scored as losses. Retries = requests retried inside the agent / episodes "
-              "rerun by the grid.", ""]
+              "rerun by the grid. Non-exact = share of a model agent's steps whose action it did not name exactly "
+              "(grounded as normalised, similar, raw or empty); invalid = share of played actions that are not "
+              "actions of the benchmark (not admissible, or outside its command syntax); step latency = the "
+              "agent's mean seconds per step.", ""]
     head = ["benchmark", "perturbation", "episodes", "SR (%)", "SR 95% CI", "drop (points)", "drop 95% CI",
-            "pass^k (k=1..n)", "worst seed SR", "steps", "tokens", "cost", "latency (s)", "not run", "retries"]
+            "pass^k (k=1..n)", "worst seed SR", "steps", "tokens", "cost", "latency (s)", "step latency (s)",
+            "non-exact (%)", "invalid (%)", "not run", "retries"]
     lines += ["## SR by benchmark and perturbation", "", "| " + " | ".join(head) + " |",
               "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
     for c in results["cells"]:
@@ -70,7 +74,8 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
             str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt(c["sr"]), fmt_ci(c["sr_ci"]),
             "-" if c["perturbation"] == CLEAN or not d else fmt(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
             pk, worst, fmt(c.get("mean_steps")), fmt(c.get("mean_tokens"), 0), fmt(c.get("mean_cost"), 4),
-            fmt(c.get("mean_latency_s"), 2), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
+            fmt(c.get("mean_latency_s"), 2), fmt(c.get("step_latency_s"), 3), fmt(c.get("non_exact_pct")),
+            fmt(c.get("invalid_pct")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
             f"{c['request_retries']} / {c['episode_reruns']}"]) + " |")
     lines.append("")
     if plot:
@@ -173,7 +178,10 @@ def show_episode(out_dir: str | os.PathLike, episode_id: str, env: str | None = 
             lines.append(obs if len(obs) <= max_obs_chars else obs[:max_obs_chars] + " ...")
             if r["admissible_actions"] is not None:
                 lines.append("admissible: " + " | ".join(r["admissible_actions"]))
-            lines.append(f">>> {r['action']}" + (f"   (reward {r['reward']:g})" if r["reward"] else ""))
+            if r.get("reply") is not None and r["reply"].strip() != r["action"]:
+                lines.append(f"reply: {r['reply'][:300]!r}")
+            lines.append(f">>> {r['action']}" + (f"   [{r['grounding']}]" if r.get("grounding") else "")
+                         + (f"   (reward {r['reward']:g})" if r["reward"] else ""))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

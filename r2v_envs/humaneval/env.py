@@ -6,8 +6,11 @@ output on the task's *public examples*: the first ``n_public`` inputs of the ori
 the expected values, within ``test_budget_s`` seconds of wall time (EvalPlus' per-input limits still apply;
 the observation says when the budget cut a run short). ``submit`` judges the code with EvalPlus' own evaluation code on the full HumanEval+
 suite (base + plus inputs, compared with the canonical solution's outputs under EvalPlus' tolerance rules)
-and ends the episode: reward 1 and ``won`` if it passes, else 0. ``info["step_wall_s"]`` is the wall time
-the env spent on the step (or the reset).
+and ends the episode: reward 1 and ``won`` if it passes, else 0. ``submit`` has a whole-task wall-time budget
+of 4 s + 4 x the canonical solution's total ground-truth time (capped at EvalPlus' own 126 s;
+``judge_server.submit_budget``): every program that finishes within it gets EvalPlus' verdict, one that does
+not gets ``timeout`` (``info["verdict"]["budget_hit"]``), so a looping program costs seconds, not a minute.
+``info["step_wall_s"]`` is the wall time the env spent on the step (or the reset).
 
 Model code only ever runs in the sandboxed judge (:mod:`r2v_envs.sandbox`); ``info["sandbox"]`` names the
 isolation level in use. Channels: the reset prompt is ``"observation"`` (prompt injection reaches the
@@ -61,7 +64,7 @@ class HumanEvalEnv(TextEnv):
         data_path: a HumanEval+ release file; default ``$HUMANEVAL_OVERRIDE_PATH`` or EvalPlus' download.
         n_public: how many of the original HumanEval test inputs ``test`` shows (the public examples).
         isolation: sandbox level for model code (``"auto"``: the strongest this host offers).
-        test_budget_s: wall-clock seconds one ``test`` may take in all (``submit`` keeps EvalPlus' bounds).
+        test_budget_s: wall-clock seconds one ``test`` may take in all (``submit`` has its own per-task budget).
     """
 
     benchmark = "humaneval"
@@ -215,8 +218,10 @@ def format_verdict(verdict: dict[str, Any], won: bool) -> str:
     if won:
         return (f"Submission accepted: passed all {base['n']} base tests and {plus['n']} HumanEval+ tests.\n"
                 "*** Task solved ***")
+    budget = (f"[time budget] `submit` stops after {verdict['budget_s']:g} s of wall time for this task; your "
+              "program did not finish within it.\n") if verdict.get("budget_hit") else ""
     return (f"Submission rejected.\nbase tests ({base['n']}): {base['status']}\n"
-            f"HumanEval+ tests ({plus['n']}): {plus['status']}\n*** Task failed ***")
+            f"HumanEval+ tests ({plus['n']}): {plus['status']}\n{budget}*** Task failed ***")
 
 
 def make(**kwargs: Any):

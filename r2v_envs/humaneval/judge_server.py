@@ -9,15 +9,18 @@ The judge itself never executes model code: like EvalPlus, every candidate runs 
 request the judge kills whatever the candidate left running (every other process in its PID namespace).
 Requests::
 
-    {"id": 1, "mode": "full",  "task_file": "...pkl", "code": "..."}   -> {"id": 1, "base": {...}, "plus": {...}}
+    {"id": 1, "mode": "full",  "task_file": "...pkl", "code": "..."}
+        -> {"id": 1, "base": {"status", "n"}, "plus": {...}, "budget_s": 4.0, "budget_hit": false}
     {"id": 2, "mode": "smoke", "task_file": "...pkl", "code": "...", "n_public": 3, "budget_s": 5.0}
         -> {"id": 2, "status": "pass"|"fail"|"timeout", "examples": [{"call", "expected", "got", "passed"}],
             "budget_hit": false, "wall_s": 0.4}
 
-``smoke`` (the agent's ``test``) runs under a wall-time budget for the whole request: ``full`` honours
-EvalPlus' own bound (min(60 s, sum of per-input limits) + ~3 s per check, i.e. up to two minutes for a program
-stuck where the SIGALRM of EvalPlus' per-input limit cannot reach it, such as ``sum(itertools.count())``),
-but an agent's ``test`` is the common case in RL and evaluation, so it must not block a worker that long.
+``smoke`` (the agent's ``test``) and ``full`` (its ``submit``) each run under a wall-time budget for the whole
+request. EvalPlus' own bound is min(60 s, sum of per-input limits) + ~3 s per check, i.e. up to two minutes for
+a program stuck where the SIGALRM of EvalPlus' per-input limit cannot reach it (``sum(itertools.count())``, a
+loop at import): measured 76 s for one ``submit``, which weak models' loops turn into most of an evaluation's
+time. ``full`` is bounded by :func:`submit_budget`, derived from the task's ground-truth time, so the verdict of
+every program that finishes within it is EvalPlus' own, and a program that does not gets ``timeout``.
 
 EvalPlus 0.3.1 (the PyPI release) cannot pass HumanEval/32 at all: its ``find_zero`` special oracle
 ``continue``s before recording the input as passed, so ``untrusted_check`` sees too few results and fails
@@ -67,16 +70,41 @@ def time_limits(ref_time: list[float]) -> list[float]:
     return [max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR * t) for t in ref_time]
 
 
-def full(rec: dict[str, Any], code: str) -> dict[str, Any]:
-    """``evalplus.evaluate.check_correctness`` (base and plus, fast_check), minus its heavy imports."""
-    from evalplus.eval import untrusted_check
+# The whole-task budget of ``full`` (the agent's ``submit``): FLOOR + FACTOR x the canonical solution's total
+# ground-truth time over every base and plus input, capped at EvalPlus' own bound for the two checks. The
+# factor is EvalPlus' per-input one (DEFAULT_GT_TIME_LIMIT_FACTOR); the floor covers the fork, the candidate's
+# import and the checks' own overhead. Over HumanEval+ v0.1.10 the ground-truth total is 1.6 ms at the median
+# and 10.7 s at most (HumanEval/15), so nearly every task gets the floor and a looping program costs seconds,
+# where EvalPlus' per-input limits add up to about 18-126 s per task.
+SUBMIT_FLOOR_S = 4.0
+SUBMIT_FACTOR = 4.0
+SUBMIT_CAP_S = 2 * (60.0 + 3.0)
 
-    out = {}
+
+def submit_budget(rec: dict[str, Any]) -> float:
+    """Wall-clock seconds ``full`` may take for this task (see ``SUBMIT_FLOOR_S``)."""
+    gt = sum(rec["expected"]["base_time"]) + sum(rec["expected"]["plus_time"])
+    return min(SUBMIT_CAP_S, SUBMIT_FLOOR_S + SUBMIT_FACTOR * gt)
+
+
+def full(rec: dict[str, Any], code: str) -> dict[str, Any]:
+    """``evalplus.evaluate.check_correctness`` (base and plus, fast_check), minus its heavy imports, within the
+    task's whole budget (:func:`submit_budget`): a check the budget cuts short is a ``timeout``, as EvalPlus
+    reports a candidate that outlives its own bound, and a part not reached is a ``timeout`` too."""
+    import time
+
+    budget = submit_budget(rec)
+    deadline = time.monotonic() + budget
+    out: dict[str, Any] = {"budget_s": round(budget, 3), "budget_hit": False}
     for part in ("base", "plus"):
         inputs = rec[f"{part}_input"]
-        status, details = untrusted_check(DATASET, code, inputs, rec["entry_point"],
-                                          expected=rec["expected"][part], atol=rec["atol"],
-                                          ref_time=rec["expected"][f"{part}_time"], fast_check=True)
+        if time.monotonic() >= deadline:
+            out[part] = {"status": "timeout", "n": len(inputs)}
+            out["budget_hit"] = True
+            continue
+        status, _ = bounded_check(code, inputs, rec["entry_point"], rec["expected"][part], rec["atol"],
+                                  rec["expected"][f"{part}_time"], deadline, fast_check=True)
+        out["budget_hit"] = out["budget_hit"] or (status == "timeout" and time.monotonic() >= deadline)
         out[part] = {"status": status, "n": len(inputs)}
         sweep()
     return out
@@ -145,8 +173,8 @@ def display(code: str, entry_point: str, inputs: list, limits: list[float],
 
 
 def bounded_check(code: str, inputs: list, entry_point: str, expected: list, atol: float,
-                  ref_time: list[float], deadline: float) -> tuple[str, list[bool]]:
-    """``evalplus.eval.untrusted_check`` (fast_check off) with its wall-clock bound cut to ``deadline``.
+                  ref_time: list[float], deadline: float, fast_check: bool = False) -> tuple[str, list[bool]]:
+    """``evalplus.eval.untrusted_check`` with its wall-clock bound cut to ``deadline``.
 
     The judgement is EvalPlus' own: the same ``unsafe_execute`` in a forked child with the same per-input
     time limits and the same status mapping; only the join timeout is ``min(EvalPlus' timeout, deadline)``.
@@ -157,11 +185,13 @@ def bounded_check(code: str, inputs: list, entry_point: str, expected: list, ato
     import evalplus.eval as ev
 
     limits = time_limits(ref_time)
-    timeout = min(60.0, sum(limits)) + 3.0  # untrusted_check's own: + 1, + 1 to collect, + 1 on join
+    # untrusted_check's own: + 1, + 1 to collect (without fast_check), + 1 on join
+    timeout = min(60.0, sum(limits)) + (2.0 if fast_check else 3.0)
     progress, stat = multiprocessing.Value("i", 0), multiprocessing.Value("i", ev._UNKNOWN)
     details = multiprocessing.Array("b", [False] * len(inputs))
     proc = multiprocessing.Process(target=ev.unsafe_execute, args=(DATASET, entry_point, code, inputs, expected,
-                                                                   limits, atol, False, stat, details, progress))
+                                                                   limits, atol, fast_check, stat, details,
+                                                                   progress))
     proc.start()
     proc.join(timeout=max(0.0, min(timeout, deadline - time.monotonic())))
     if proc.is_alive():

@@ -47,7 +47,7 @@ def _last_attempts(cell):
 def test_openai_agent_with_faults_completes_counts_retries_and_excludes_infra(model_dir, tmp_path):
     out = tmp_path / "eval"
     opts = AgentOptions(model="tiny-scripted", base_url=None, timeout_s=1.0, max_retries=3, backoff_s=0.01,
-                        max_tokens=6, concurrency=4)
+                        max_tokens=6, concurrency=4, grounding="off")  # the weak model's luck is pinned as played
     with ChatServer(model_dir, hang_s=3.0, always_fail="Find the gem") as server:
         opts.base_url = server.base_url
         results = evaluate(_args(out, options=opts))
@@ -93,7 +93,8 @@ def test_openai_agent_with_faults_completes_counts_retries_and_excludes_infra(mo
 
 
 def test_hf_agent_runs_a_local_checkpoint_through_its_chat_template(model_dir, tmp_path):
-    results = evaluate(_args(tmp_path / "hf", agent=f"hf:{model_dir}", options=AgentOptions(max_tokens=6)))
+    opts = AgentOptions(max_tokens=6, grounding="off")
+    results = evaluate(_args(tmp_path / "hf", agent=f"hf:{model_dir}", options=opts))
     clean = next(c for c in results["cells"] if c["perturbation"] == "none")
     assert clean["not_run"] == 0 and clean["scored"] == 8 and clean["sr"] > 0
     steps = load_rows(tmp_path / "hf" / clean["run_dir"], "steps")
