@@ -29,14 +29,14 @@ import tarfile
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
-from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit
+from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit, read_verdict
 from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TaskFormatError, TerminalTask, parse_pytest_summary
 
 BACKENDS = ("auto", "local", "docker")
@@ -49,6 +49,9 @@ _INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|cu
                       r"update-alternatives|add-apt-repository|locale-gen|useradd|adduser|groupadd|ldconfig|"
                       r"update-ca-certificates)\b")
 _HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
+_JUDGE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # all the judge's daemon keeps (see _TaskSandbox)
+VERDICT_MOUNT = "/.r2v-verdict"  # root-only (0700): the daemon's verdict file, out of the test phase's reach
+JUDGE_SOCKET = "/tmp/.r2v-judge/judge.sock"  # made by the daemon inside the test phase's private /tmp
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,18 @@ class TestRun(CommandResult):
 
 class _TaskSandbox(Sandbox):
     """The shared sandbox plus bind mounts (bubblewrap only): the scratch copy appears at the task's
-    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container; ``ro_binds`` are read-only."""
+    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container; ``ro_binds`` are read-only.
+
+    ``judge`` (the test phase, root callers only): given the unprivileged uid, the command that starts the
+    judge's daemon in place of the plain uid drop; it keeps uid 0 with only the capabilities to change uids
+    and signal, and drops to the uid itself for the script and each pytest run."""
 
     binds: Sequence[tuple[str, str]] = ()
     ro_binds: Sequence[tuple[str, str]] = ()
+    judge: Callable[[int], list[str]] | None = None
+
+    def _drop_to(self, uid: int) -> list[str]:
+        return self.judge(uid) if self.judge is not None else super()._drop_to(uid)
 
     def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
         cmd = super()._command(argv, workdir, limits)
@@ -118,6 +129,8 @@ class _TaskSandbox(Sandbox):
             return cmd
         i = cmd.index("--")  # end of bubblewrap's own options
         extra: list[str] = []
+        if self.judge is not None and self.drops_privileges:
+            extra += ["--cap-drop", "ALL", *(x for cap in _JUDGE_CAPS for x in ("--cap-add", cap))]
         for parent in sorted({os.path.dirname(dst) for _, dst in [*self.binds, *self.ro_binds]} - {"/"}):
             # bubblewrap would create a missing parent 0700: the unprivileged test process could not enter it
             extra += ["--perms", "0755", "--dir", parent]
@@ -251,35 +264,57 @@ class LocalBackend(Backend):
         script_name = "test.sh" if task.format == "harbor" else "run-tests.sh"
         if task.format != "harbor":
             shutil.copy2(task.run_tests_script, tests / "run-tests.sh")
-        for sub in ("out", "home", "logs/verifier", "logs/agent"):
+        for sub in ("out", "home", "logs/verifier", "logs/agent", "verdict"):
             (judge / sub).mkdir(parents=True)
         judge.chmod(0o755)
+        (judge / "verdict").chmod(0o700)  # root's alone: the daemon writes here, no test-phase process can
         for path in [tests, *tests.rglob("*")]:  # readable by the test process, writable by no one but root
             path.chmod(0o755 if path.is_dir() else 0o644 | (path.stat().st_mode & 0o111))
         for sub in ("out", "home", "logs", "logs/verifier", "logs/agent"):  # fresh, for the test process only
             (judge / sub).chmod(0o1777)
+        daemon = self._mapped and self.sandbox.drops_privileges
+        if daemon:  # the daemon (uid 0 without CAP_DAC_*) starts in the scratch folder: let it traverse
+            self.scratch.chmod(0o711)
         if self._mapped:
             paths = {"tests": "/tests", "out": f"{JUDGE_DIR}/out", "home": f"{JUDGE_DIR}/home", "rt": RUNTIME_MOUNT}
             self.sandbox.ro_binds = [(str(tests), "/tests"), (str(runtime), RUNTIME_MOUNT)]
-            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "out"), paths["out"]),
-                                  (str(judge / "home"), paths["home"]), (str(judge / "logs"), "/logs")]
+            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "home"), paths["home"]),
+                                  (str(judge / "logs"), "/logs")]
+            self.sandbox.binds += ([(str(judge / "verdict"), VERDICT_MOUNT)] if daemon
+                                   else [(str(judge / "out"), paths["out"])])
         else:
             paths = {"tests": str(tests), "out": str(judge / "out"), "home": str(judge / "home"),
                      "rt": str(runtime)}
         base_path = self._env.get("PATH") or minimal_env(str(self.scratch))["PATH"]
-        env = {**self._env, "TEST_DIR": paths["tests"], "R2V_TRUSTED_TESTS": paths["tests"],
-               "R2V_JUDGE_OUT": paths["out"], "HOME": paths["home"], "R2V_TEST_PYTHON": sys.executable,
-               "PATH": f"{paths['rt']}/bin:{base_path}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        env = {**self._env, "TEST_DIR": paths["tests"], "R2V_TRUSTED_TESTS": paths["tests"], "HOME": paths["home"],
+               "R2V_TEST_PYTHON": sys.executable, "PATH": f"{paths['rt']}/bin:{base_path}",
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        if daemon:
+            env["R2V_JUDGE_SOCKET"] = JUDGE_SOCKET
+            self.sandbox.judge = lambda uid: [
+                sys.executable, "-I", f"{RUNTIME_MOUNT}/lib/r2v_judged.py", str(uid), f"{VERDICT_MOUNT}/verdict.jsonl",
+                JUDGE_SOCKET, f"{RUNTIME_MOUNT}/site", "/tests", f"{RUNTIME_MOUNT}/pytest.ini", "--"]
+        else:
+            env["R2V_JUDGE_OUT"] = paths["out"]
         script = (f"exec 2>&1\ncd {shlex.quote(self._app())}\n"
                   f"bash {shlex.quote(paths['tests'])}/{script_name}\n")
         try:
+            # Returns once the script has exited and the sandbox's whole PID namespace is killed: only then
+            # is the verdict read, so no process of the test phase is left to change it.
             out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, env)
         finally:
             self.sandbox.binds = self._episode_binds()
             self.sandbox.ro_binds = []
+            self.sandbox.judge = None
+        if daemon:
+            results, runs = read_verdict(judge / "verdict" / "verdict.jsonl")
+            results = {} if timed_out else results
+            info = {"report": "verdict", "tamper_proof": True, "printed_summary": parse_pytest_summary(out),
+                    **runs}
+            return TestRun(out, code, timed_out, wall, results=results, judge=info)
         results = {} if timed_out else read_junit(judge / "out")
         return TestRun(out, code, timed_out, wall, results=results,
-                       judge=_judge_info(judge / "out", results, out, tamper_proof=self._mapped))
+                       judge=_judge_info(judge / "out", results, out, tamper_proof=False))
 
     def close(self) -> None:
         if self.scratch is not None:

@@ -20,6 +20,15 @@ from pathlib import Path
 
 _TRUSTED_DIR = Path(os.environ.get("R2V_TRUSTED_TESTS") or os.environ.get("TEST_DIR") or "/tests").resolve()
 _refused: list[str] = []
+_VERDICT_FD = os.environ.pop("R2V_VERDICT_FD", None)
+
+
+def _send(**message) -> None:
+    if _VERDICT_FD is None:
+        return
+    data = (json.dumps(message, default=str) + "\n").encode()
+    while data:
+        data = data[os.write(int(_VERDICT_FD), data):]
 
 
 def _digest(path: Path) -> str | None:
@@ -47,6 +56,7 @@ def _refuse(path) -> None:
     if not (name == "conftest.py" or name.startswith("test") or name.endswith("_test.py")):
         return  # a module no test collection would import anyway (e.g. the solution)
     _refused.append(str(path))
+    _send(event="refused", path=str(path))
     out = os.environ.get("R2V_JUDGE_OUT")
     if out:
         with open(os.path.join(out, f"judge-{os.getpid()}.json"), "w") as f:
@@ -71,3 +81,30 @@ def pytest_ignore_collect(collection_path, config):
         _refuse(collection_path)
         return True
     return None
+
+
+def pytest_configure(config) -> None:
+    opt = config.option
+    partial = [f"{flag} {value}" for flag, value in (("-k", getattr(opt, "keyword", "")),
+                                                     ("-m", getattr(opt, "markexpr", "")),
+                                                     ("--deselect", getattr(opt, "deselect", None))) if value]
+    partial += [f"node id {a}" for a in config.args if "::" in a]
+    _send(event="start", args=[str(a) for a in config.args], partial=partial)
+
+
+def pytest_deselected(items) -> None:
+    _send(event="deselected", n=len(items))
+
+
+def pytest_collectreport(report) -> None:
+    if report.failed:
+        _send(event="collect_error", nodeid=report.nodeid or "<collection>")
+
+
+def pytest_runtest_logreport(report) -> None:
+    _send(event="report", nodeid=report.nodeid, when=report.when, outcome=report.outcome,
+          xfail=hasattr(report, "wasxfail"))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    _send(event="finish", exitstatus=int(exitstatus), collected=int(getattr(session, "testscollected", 0)))

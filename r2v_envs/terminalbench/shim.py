@@ -29,7 +29,7 @@ PLUGINS = {"pytest-timeout": ("pytest_timeout", ("--timeout", "--timeout_method"
            "pytest-json-report": ("pytest_jsonreport", ("--json-report", "--json-report-file")),
            "pytest-xdist": ("xdist", ("-n", "--numprocesses", "--dist"))}
 # Options of pytest the judge sets itself: the script's values are dropped (name -> takes a value).
-OWNED = {"-c": True, "--config-file": True, "--rootdir": True, "--confcutdir": True, "--junitxml": True,
+OWNED = {"-p": True, "-c": True, "--config-file": True, "--rootdir": True, "--confcutdir": True, "--junitxml": True,
          "--junit-xml": True, "--junit-prefix": True, "--noconftest": False, "--pyargs": False,
          "--import-mode": True, "-o": True, "--override-ini": True}
 _PROVIDED = {"pytest", "pip", "uv", "setuptools", "wheel"}
@@ -84,6 +84,10 @@ def _split_pytest_args(args: list[str]) -> tuple[list[str], list[str]]:
     while i < len(args):
         a = args[i]
         key, eq, _ = a.partition("=")
+        if re.fullmatch(r"-[pco].+", a):  # a short option with its value attached (-pNAME, -oaddopts=...)
+            dropped.append(a)
+            i += 1
+            continue
         if key in OWNED or key in missing_opts:
             takes_value = OWNED.get(key, key not in ("--json-report",))
             n = 2 if takes_value and not eq and i + 1 < len(args) else 1
@@ -95,29 +99,64 @@ def _split_pytest_args(args: list[str]) -> tuple[list[str], list[str]]:
     return kept, dropped
 
 
-def run_pytest(args: list[str], append_cwd: bool) -> int:
-    """The judge's pytest: the runtime's own copy under ``python -I``, its ini file and plugin, rootdir and
-    conftest boundary at the trusted tests, JUnit XML into the judge's folder; the script's options that would
-    move any of those are dropped."""
+def judge_pytest_args(args: list[str], test_dir: str, ini: str) -> tuple[list[str], list[str]]:
+    """pytest's arguments as the judge runs them: the script's own minus the options the judge owns (and those
+    of plugins the host lacks), plus the judge's plugin, ini file, rootdir and conftest boundary. Returns
+    ``(arguments, dropped)``; the daemon applies it again to whatever a request asks for."""
     args, dropped = _split_pytest_args(args)
-    if dropped:
-        note(f"the judge sets these itself, ignored: {' '.join(dropped)}")
-    test_dir = os.environ.get("TEST_DIR", "/tests")
     if not any(not a.startswith("-") for a in args):
         args.append(test_dir)  # a bare `pytest` would collect the agent's working directory
-    out = os.environ.get("R2V_JUDGE_OUT")
     plugins = ["-p", "no:cacheprovider", "-p", "r2v_judge_plugin"]
     for dist, (mod, opts) in PLUGINS.items():
         if mod != "xdist" and dist not in _REPORTERS and available(dist):
             plugins += ["-p", mod]
+    return [*args, *plugins, "-c", ini, "--rootdir", test_dir, "--confcutdir", test_dir], dropped
+
+
+def _via_judge(socket_path: str, args: list[str], append_cwd: bool) -> int:
+    """Ask the judge's daemon (:mod:`r2v_envs.terminalbench.judge_daemon`) to run pytest with this process's
+    stdin/stdout/stderr, working directory and environment; return its exit status."""
+    import json
+    import socket
+    import struct
+
+    env = {k: v for k, v in os.environ.items() if k != "R2V_CWD"}
+    body = json.dumps({"args": args, "cwd": os.getcwd(), "env": env, "append_cwd": append_cwd}).encode()
+    data = struct.pack("!I", len(body)) + body
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(socket_path)
+        sent = socket.send_fds(s, [data], [0, 1, 2])
+        s.sendall(data[sent:])
+        reply = b""
+        while len(reply) < 4:
+            chunk = s.recv(4 - len(reply))
+            if not chunk:
+                note("the judge's pytest run ended without a status")
+                return 3
+            reply += chunk
+    return struct.unpack("!I", reply)[0]
+
+
+def run_pytest(args: list[str], append_cwd: bool) -> int:
+    """The judge's pytest: the runtime's own copy under ``python -I``, its ini file and plugin, rootdir and
+    conftest boundary at the trusted tests; the script's options that would move any of those are dropped.
+
+    With ``$R2V_JUDGE_SOCKET`` (the local backend under bubblewrap) the judge's daemon runs it and receives
+    the results itself; otherwise JUnit XML goes into ``$R2V_JUDGE_OUT`` (the Docker backend)."""
+    test_dir = os.environ.get("TEST_DIR", "/tests")
+    socket_path = os.environ.get("R2V_JUDGE_SOCKET")
+    if socket_path:
+        return _via_judge(socket_path, args, append_cwd)
+    final, dropped = judge_pytest_args(args, test_dir, os.path.join(RT, "pytest.ini"))
+    if dropped:
+        note(f"the judge sets these itself, ignored: {' '.join(dropped)}")
+    out = os.environ.get("R2V_JUDGE_OUT")
     if not out:
         note("R2V_JUDGE_OUT is not set: this pytest writes no report")
-        final = [*args, *plugins, "-c", os.path.join(RT, "pytest.ini"), "--rootdir", test_dir,
-                 "--confcutdir", test_dir]
     else:
-        report = os.path.join(out, f"junit-{time.time_ns()}-{os.getpid()}.xml")
-        final = [*args, *plugins, "-c", os.path.join(RT, "pytest.ini"), "--rootdir", test_dir,
-                 "--confcutdir", test_dir, f"--junitxml={report}"]
+        final.append(f"--junitxml={os.path.join(out, f'junit-{time.time_ns()}-{os.getpid()}.xml')}")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     for var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME"):
         os.environ.pop(var, None)

@@ -12,8 +12,8 @@ A suite is any directory of such task directories, in either format: the shipped
 (``r2v_envs/terminalbench/shipped_tasks``) or a clone of a task repository. :func:`load_suite` skips malformed tasks with
 one :class:`TaskFormatWarning` that lists them.
 
-Success is judged from the JUnit XML report of the judge's own pytest (:mod:`r2v_envs.terminalbench.runtime`):
-the task is resolved only if at least one test ran and every test passed. :func:`parse_pytest_summary` reads
+Success is judged from the judge's own record of its pytest runs (:mod:`r2v_envs.terminalbench.runtime`) with
+pytest's semantics (:func:`tests_passed`): resolved when at least one test ran and none failed or errored. :func:`parse_pytest_summary` reads
 pytest's printed "short test summary info" (``-rA``), for display only: printed text can be forged.
 
 Example:
@@ -325,5 +325,18 @@ def parse_pytest_summary(output: str) -> dict[str, str]:
 
 
 def tests_passed(results: Mapping[str, str]) -> bool:
-    """Resolved only if there is at least one test and every test passed (an empty summary fails)."""
-    return bool(results) and all(status == "passed" for status in results.values())
+    """pytest's own verdict (exit status 0 with tests run): resolved when at least one test ran (passed,
+    xfailed or xpassed) and none failed or errored; skipped tests neither fail nor resolve a task. An empty
+    report fails. ``xpass`` under ``strict`` arrives as ``failed``, as pytest reports it.
+
+    Example:
+        >>> tests_passed({"a": "passed", "b": "skipped"}), tests_passed({"a": "skipped"})
+        (True, False)
+        >>> tests_passed({"a": "passed", "b": "xfailed", "c": "xpassed"}), tests_passed({"a": "passed", "b": "error"})
+        (True, False)
+    """
+    statuses = {_ALIASES.get(s, s) for s in results.values()}
+    return bool(statuses & {"passed", "xfailed", "xpassed"}) and not statuses & {"failed", "error"}
+
+
+_ALIASES = {"xfail": "xfailed", "xpass": "xpassed"}  # parse_pytest_summary's words
