@@ -77,7 +77,7 @@ def test_expert_wins_offline_and_mark_only_loses(env, task_id):
     info, _ = play(env, task_id)
     assert info["won"] and info["outcome"] == "resolved", info["test_output"]
     assert info["test_results"] and set(info["test_results"].values()) == {"passed"}
-    assert info["judge"]["report"] == "junit" and info["judge"]["reports"] >= 1
+    assert info["judge"].get("reports", 0) >= 1 or info["judge"].get("runs", 0) >= 1
     if task_id != "copy-tests-to-workdir":  # the upstream network bootstrap was skipped, and said so
         assert "skipped the uv installer from https://astral.sh/uv/" in info["test_output"]
     info, _ = play(env, task_id, ["mark_task_complete"])

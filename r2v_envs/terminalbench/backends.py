@@ -6,11 +6,12 @@ the previous command on exit), so ``cd`` and ``export`` carry over as in Termina
 every command keeps its own deadline and whole-tree kill. Output is stdout and stderr interleaved.
 
 * :class:`LocalBackend` — :class:`r2v_envs.sandbox.Sandbox` (bubblewrap, else ``unshare``, else rlimits) over
-  a scratch copy of the task. The task's Dockerfile is interpreted: ``WORKDIR``, ``COPY``/``ADD`` of local
-  files into the workdir, ``ENV``, and ``RUN`` steps (run in the sandbox, no network) except package installs
-  (``apt-get``, ``pip``, ``uv``, ``curl``/``wget`` downloads, ...), whose tools the host must provide. Under
-  bubblewrap the scratch workdir is mounted at the task's ``WORKDIR`` (``/app``) and the tests at ``/tests``;
-  under the weaker levels commands see the scratch path instead (``$APP_DIR``).
+  a scratch copy of the task. The task's Dockerfile is interpreted by :mod:`r2v_envs.terminalbench.build`
+  (``ENV``/``ARG`` expanded as Docker does, files copied or written anywhere but the system folders, every
+  ``RUN`` step run in the sandbox with installs mapped offline) and cached per task. Under bubblewrap the
+  scratch workdir is mounted at the task's ``WORKDIR`` (``/app``), its writable root at ``/opt``, ``/tmp``,
+  ``/home``, ..., the tests at ``/tests`` and the offline runtime read-only at its mount; under the weaker
+  levels commands see the scratch path instead (``$APP_DIR``) and writes outside it fail the load.
 * :class:`DockerBackend` — the ``docker`` SDK (imported lazily): builds the task image from its Dockerfile,
   runs it with ``--network none`` and memory/pid limits, executes commands with ``timeout -s KILL``.
   Chosen by ``backend="auto"`` only when an engine answers (:func:`docker_available`).
@@ -36,6 +37,7 @@ from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
+from r2v_envs.terminalbench.build import BuildCache, Layout, TaskLoadError, build_key, interpret
 from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit, read_verdict
 from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TaskFormatError, TerminalTask, parse_pytest_summary
 
@@ -43,15 +45,10 @@ BACKENDS = ("auto", "local", "docker")
 JUDGE_DIR = "/r2v-judge"  # the test phase's report folder and HOME, created fresh for it
 CWD_SENTINEL = "__R2V_CWD__:"
 _MAX_CAPTURE = 2_000_000  # bytes kept per command before the env's own (smarter) truncation
-# RUN steps that install packages or download: skipped locally (no network; the host provides the tools).
-_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda|"
-                      # system set-up of the image (the local backend runs on the host's system instead)
-                      r"update-alternatives|add-apt-repository|locale-gen|useradd|adduser|groupadd|ldconfig|"
-                      r"update-ca-certificates)\b")
 _HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
 _JUDGE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # all the judge's daemon keeps (see _TaskSandbox)
 VERDICT_MOUNT = "/.r2v-verdict"  # root-only (0700): the daemon's verdict file, out of the test phase's reach
-JUDGE_SOCKET = "/tmp/.r2v-judge/judge.sock"  # made by the daemon inside the test phase's private /tmp
+JUDGE_SOCKET = f"{JUDGE_DIR}/sock/judge.sock"  # in a root-owned folder: test processes may call, not replace it
 
 
 @dataclass(frozen=True)
@@ -118,6 +115,7 @@ class _TaskSandbox(Sandbox):
 
     binds: Sequence[tuple[str, str]] = ()
     ro_binds: Sequence[tuple[str, str]] = ()
+    tops: Sequence[tuple[str, str]] = ()  # the task's writable root: mounted before the system's own binds
     judge: Callable[[int], list[str]] | None = None
 
     def _drop_to(self, uid: int) -> list[str]:
@@ -125,8 +123,13 @@ class _TaskSandbox(Sandbox):
 
     def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
         cmd = super()._command(argv, workdir, limits)
-        if self.isolation != "bwrap" or not (self.binds or self.ro_binds):
+        if self.isolation != "bwrap" or not (self.binds or self.ro_binds or self.tops):
             return cmd
+        if self.tops:
+            # Right after the private /tmp, before the interpreter's read-only binds and the scratch folder's
+            # own bind (which may live under /tmp or /root): those stay visible inside the task's folders.
+            t = next(k for k in range(len(cmd) - 1) if cmd[k:k + 2] == ["--tmpfs", "/tmp"]) + 2
+            cmd[t:t] = [x for src, dst in self.tops for x in ("--bind", src, dst)]
         i = cmd.index("--")  # end of bubblewrap's own options
         extra: list[str] = []
         if self.judge is not None and self.drops_privileges:
@@ -153,6 +156,8 @@ class LocalBackend(Backend):
         self.scratch: Path | None = None
         self.task: TerminalTask | None = None
         self._env: dict[str, str] = {}
+        self._runtime: Path | None = None
+        self.builds = BuildCache()
 
     # paths as the commands see them
     @property
@@ -166,21 +171,37 @@ class LocalBackend(Backend):
         return "/tests" if self._mapped else str(self.scratch / "tests")
 
     def start(self, task: TerminalTask) -> None:
+        """A fresh copy of the task: its build from the cache, else the Dockerfile interpreted (and cached);
+        raises :class:`TaskLoadError` naming the step that cannot run locally."""
         self.close()
         self.task = task
         self.scratch = Path(tempfile.mkdtemp(prefix=f"r2v-tb-{task.task_id}-"))
-        (self.scratch / "app").mkdir()
-        (self.scratch / "tests").mkdir()
-        (self.scratch / ".r2v").mkdir()
-        (self.scratch / "solution").mkdir()
-        self.sandbox.binds = self._episode_binds()
-        self.sandbox.ro_binds = []
+        for sub in ("app", "tests", ".r2v", "solution", "root"):
+            (self.scratch / sub).mkdir()
+        self._runtime = build_test_runtime()
+        self.sandbox.ro_binds = self._episode_ro_binds()
         # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
         # plugin autoloading costs ~1.5 s per pytest run here).
         self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
-                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        for step in task.dockerfile:
-            self._apply(step, task)
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "R2V_TEST_PYTHON": sys.executable}
+        layout = Layout(self.scratch / "app", self.scratch / "root", task.workdir, self._mapped)
+        key = build_key(task, self.isolation, self._runtime)
+        image_env = self.builds.restore(task.task_id, key, layout)
+        if image_env is None:
+            self._refresh_binds()
+            image_env = interpret(task, layout, self._build_step, self._base_path())
+            self.builds.save(task.task_id, key, layout, image_env)
+        self._env.update(image_env)
+        self._refresh_binds()
+
+    def _base_path(self) -> str:
+        return minimal_env(str(self.scratch))["PATH"] + ":/usr/local/sbin:/usr/sbin:/sbin"
+
+    def _rt(self) -> str:
+        return RUNTIME_MOUNT if self._mapped else str(self._runtime)
+
+    def _episode_ro_binds(self) -> list[tuple[str, str]]:
+        return [(str(self._runtime), RUNTIME_MOUNT)] if self._mapped else []
 
     def _episode_binds(self) -> list[tuple[str, str]]:
         binds = [(str(self.scratch / "app"), self.task.workdir), (str(self.scratch / "tests"), "/tests")]
@@ -188,37 +209,25 @@ class LocalBackend(Backend):
             binds.append((str(self.scratch / "solution"), HARBOR_SOLUTION_DIR))
         return binds
 
-    def _host_path(self, container_path: str, cwd: str) -> Path:
-        path = os.path.normpath(os.path.join(cwd, container_path))
-        root = self.task.workdir.rstrip("/")
-        if path != root and not path.startswith(root + "/"):
-            raise TaskFormatError(f"{self.task.task_id}: the local backend only writes under WORKDIR "
-                                  f"{root}, not {path} (use the docker backend)")
-        return self.scratch / "app" / os.path.relpath(path, root)
+    def _refresh_binds(self) -> None:
+        root = self.scratch / "root"
+        self.sandbox.tops = ([(str(d), "/" + d.name) for d in sorted(root.iterdir()) if d.is_dir()]
+                             if self._mapped and root.is_dir() else [])
+        if self.sandbox.judge is None:
+            self.sandbox.binds = self._episode_binds()
 
-    def _apply(self, step, task: TerminalTask) -> None:
-        workdir = task.workdir
-        if step.op in ("COPY", "ADD") and len(step.args) >= 2:
-            *sources, dest = step.args
-            target = self._host_path(dest, workdir)
-            for src in sources:
-                src_path = task.context_dir / src
-                if src_path.is_dir():
-                    shutil.copytree(src_path, target if dest.endswith("/") or len(sources) == 1 and
-                                    not target.is_file() else target / src_path.name, dirs_exist_ok=True)
-                elif src_path.is_file():
-                    dst = target / src_path.name if dest.endswith("/") or target.is_dir() else target
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src_path, dst)
-                else:
-                    raise TaskFormatError(f"{task.task_id}: COPY source {src} not found")
-        elif step.op == "ENV":
-            self._env[step.args[0]] = step.args[1]
-        elif step.op == "RUN" and not _INSTALL.match(step.args[0]):
-            result = self.run(step.args[0], timeout_s=120.0)
-            if result.exit_code != 0:
-                raise TaskFormatError(f"{task.task_id}: Dockerfile step `RUN {step.args[0]}` failed locally:\n"
-                                      f"{result.output[-1500:]}")
+    def _build_step(self, command: str, cwd: str, env: dict[str, str]) -> tuple[str, int | None]:
+        """One ``RUN`` step: the image's environment so far, the offline runtime's build no-ops and installers
+        first on PATH, in the step's WORKDIR."""
+        self._refresh_binds()
+        if not self._mapped:
+            host = Layout(self.scratch / "app", self.scratch / "root", self.task.workdir, False).host_path(cwd)
+            cwd = str(host) if host is not None else str(self.scratch / "app")
+        rt = self._rt()
+        path = f"{rt}/build-bin:{rt}/bin:{env.get('PATH') or self._base_path()}"
+        script = f"exec 2>&1\ncd {shlex.quote(cwd)} || exit 1\n{command}\n"
+        out, code, timed_out, _wall = self._exec(script, 600.0, {**self._env, **env, "PATH": path})
+        return out + ("\n[timed out after 600 s]" if timed_out else ""), code
 
     def _exec(self, script: str, timeout_s: float, env: dict[str, str]) -> tuple[str, int | None, bool, float]:
         limits = SandboxLimits(wall_time_s=timeout_s, cpu_time_s=timeout_s, **self._limits)
@@ -229,7 +238,7 @@ class LocalBackend(Backend):
     def _ensure_layout(self) -> None:
         # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
         # mount points and the session folder so the next command still runs.
-        for sub in ("app", "tests", ".r2v", "solution"):
+        for sub in ("app", "tests", ".r2v", "solution", "root"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
@@ -264,7 +273,7 @@ class LocalBackend(Backend):
         script_name = "test.sh" if task.format == "harbor" else "run-tests.sh"
         if task.format != "harbor":
             shutil.copy2(task.run_tests_script, tests / "run-tests.sh")
-        for sub in ("out", "home", "logs/verifier", "logs/agent", "verdict"):
+        for sub in ("out", "home", "logs/verifier", "logs/agent", "verdict", "sock"):
             (judge / sub).mkdir(parents=True)
         judge.chmod(0o755)
         (judge / "verdict").chmod(0o700)  # root's alone: the daemon writes here, no test-phase process can
@@ -280,7 +289,8 @@ class LocalBackend(Backend):
             self.sandbox.ro_binds = [(str(tests), "/tests"), (str(runtime), RUNTIME_MOUNT)]
             self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "home"), paths["home"]),
                                   (str(judge / "logs"), "/logs")]
-            self.sandbox.binds += ([(str(judge / "verdict"), VERDICT_MOUNT)] if daemon
+            self.sandbox.binds += ([(str(judge / "verdict"), VERDICT_MOUNT),
+                                    (str(judge / "sock"), os.path.dirname(JUDGE_SOCKET))] if daemon
                                    else [(str(judge / "out"), paths["out"])])
         else:
             paths = {"tests": str(tests), "out": str(judge / "out"), "home": str(judge / "home"),
@@ -303,9 +313,9 @@ class LocalBackend(Backend):
             # is the verdict read, so no process of the test phase is left to change it.
             out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, env)
         finally:
-            self.sandbox.binds = self._episode_binds()
-            self.sandbox.ro_binds = []
             self.sandbox.judge = None
+            self.sandbox.binds = self._episode_binds()
+            self.sandbox.ro_binds = self._episode_ro_binds()
         if daemon:
             results, runs = read_verdict(judge / "verdict" / "verdict.jsonl")
             results = {} if timed_out else results

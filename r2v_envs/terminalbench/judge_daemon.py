@@ -84,7 +84,7 @@ class Daemon:
     def __init__(self, uid: int, verdict_path: str, socket_path: str, site: str, test_dir: str, ini: str):
         self.uid, self.site, self.test_dir, self.ini = uid, site, test_dir, ini
         self.verdict = open(verdict_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the daemon
-        os.makedirs(os.path.dirname(socket_path), mode=0o755)
+        os.makedirs(os.path.dirname(socket_path), mode=0o755, exist_ok=True)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(socket_path)
         os.chmod(socket_path, 0o666)

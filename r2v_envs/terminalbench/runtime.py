@@ -3,7 +3,8 @@
 :func:`build_test_runtime` builds (once, atomically, under ``$R2V_CACHE/terminalbench-runtime/<digest>``) a folder that
 both backends mount read-only at :data:`RUNTIME_MOUNT` for the test phase only:
 
-* ``bin/``: ``uv``, ``uvx``, ``pytest``, ``python``/``python3``, ``pip``/``pip3``, ``curl``, ``apt-get`` (see
+* ``build-bin/``: no-ops for image set-up a Dockerfile's ``RUN`` steps do (``useradd``, ``chown``, ...).
+* ``bin/``: ``uv``, ``uvx``, ``pytest``, ``python``/``python3``, ``pip``/``pip3``, ``curl``/``wget``, ``apt-get`` (see
   :mod:`r2v_envs.terminalbench.shim`): upstream test scripts' network bootstrap maps onto the judge's pytest and
   says what it skipped; ``curl ... astral.sh/uv ... | sh`` gets a no-op installer.
 * ``site/``: a copy of the host's pytest and its pure-Python dependencies plus the judge plugin
@@ -43,9 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.core import cache_dir
+from r2v_envs.terminalbench.shim import NOOPS
 
 RUNTIME_MOUNT = "/opt/r2v-test-runtime"
-COMMANDS = ("uv", "uvx", "pytest", "py.test", "python", "python3", "pip", "pip3", "curl", "apt-get", "apt")
+COMMANDS = ("uv", "uvx", "pytest", "py.test", "python", "python3", "pip", "pip3", "curl", "wget", "apt-get", "apt")
 # pytest and what it imports at run time (pure Python, so the copy also runs on a container's interpreter).
 SITE_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli")
 _HERE = Path(__file__).parent
@@ -110,6 +112,9 @@ def build_test_runtime(root: str | os.PathLike | None = None) -> Path:
         shutil.copy2(_HERE / "judge_plugin.py", tmp / "site" / "r2v_judge_plugin.py")
         for name in COMMANDS:
             (tmp / "bin" / name).write_text(_WRAPPER.format(name=name))
+        (tmp / "build-bin").mkdir()
+        for name in NOOPS:  # first on PATH for a Dockerfile's RUN steps only (see backends.LocalBackend)
+            (tmp / "build-bin" / name).write_text(_WRAPPER.format(name=name))
         for dist in SITE_DISTRIBUTIONS:
             for src, rel in _dist_files(dist):
                 if src.is_file():
@@ -124,7 +129,7 @@ def build_test_runtime(root: str | os.PathLike | None = None) -> Path:
             if path.is_dir():
                 path.chmod(0o555)
             else:
-                path.chmod(0o555 if path.parent.name == "bin" else 0o444)
+                path.chmod(0o555 if path.parent.name in ("bin", "build-bin") else 0o444)
         tmp.chmod(0o555)
         try:
             tmp.rename(target)

@@ -22,6 +22,9 @@ import sys
 import time
 
 RT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the runtime root (lib/..)
+# Image set-up commands a Dockerfile runs that have no meaning on the local backend (build-bin/ only).
+NOOPS = ("useradd", "adduser", "groupadd", "addgroup", "usermod", "chown", "chgrp", "ldconfig", "locale-gen",
+         "update-ca-certificates", "update-alternatives", "dpkg-reconfigure", "apt-key", "systemctl", "service")
 SITE = os.path.join(RT, "site")
 # pytest plugins a test script may ask for: distribution name -> (module, options that need it).
 PLUGINS = {"pytest-timeout": ("pytest_timeout", ("--timeout", "--timeout_method", "--timeout-method")),
@@ -65,8 +68,9 @@ def available(name: str) -> bool:
 
 def install(reqs: list[str], how: str) -> int:
     """``pip install`` / ``uv pip install`` / ``uv add``: nothing is downloaded; report what the host has."""
-    names = [r for r in reqs if r and not r.startswith("-")]
-    have = [r for r in names if available(_req_name(r))]
+    names = [r for r in reqs if r]
+    have = [r for r in names if re.fullmatch(r"[A-Za-z0-9][\w.-]*(\[[\w,.-]*\])?\s*([<>=!~;].*)?", r)
+            and available(_req_name(r))]
     missing = [r for r in names if r not in have]
     if have:
         note(f"skipped `{how}` of {' '.join(have)} (no network; provided by the judge's environment)")
@@ -185,18 +189,96 @@ def python(args: list[str]) -> int:
             return run_pytest(args[i + 2:], append_cwd=True)
         if args[i + 1] == "pip":
             return pip(args[i + 2:])
+        if args[i + 1] == "venv":
+            return make_venv(args[i + 2:])
     os.execv(real_python(), [real_python(), *args])
+
+
+_PIP_VALUE_OPTS = {"--retries", "--timeout", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
+                   "-c", "--constraint", "-t", "--target", "--prefix", "--root", "--python-version", "--platform",
+                   "--implementation", "--abi", "--only-binary", "--no-binary", "--progress-bar", "--log", "--proxy",
+                   "--cache-dir", "--src", "--upgrade-strategy", "--trusted-host", "-C", "--config-settings",
+                   "--global-option", "--report", "--python", "--root-user-action"}
+
+
+def pip_requirements(args: list[str]) -> list[str]:
+    """The requirements a ``pip install`` command line names (``-r FILE`` read, options and their values
+    dropped; local paths and ``-e`` kept as they are so the caller can refuse them).
+
+    Example:
+        >>> pip_requirements(["--no-cache-dir", "--retries", "3", "pytest==8.4.1", "-e", "."])
+        ['pytest==8.4.1', '.']
+    """
+    reqs, i = [], 0
+    while i < len(args):
+        a = args[i]
+        key, eq, value = a.partition("=")
+        if key in ("-r", "--requirement"):
+            path = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            try:
+                with open(path) as f:
+                    reqs += [ln.split("#")[0].strip() for ln in f if ln.split("#")[0].strip()
+                             and not ln.lstrip().startswith("-")]
+            except OSError:
+                reqs.append(f"-r {path}")
+            continue
+        if key in ("-e", "--editable"):
+            i += 1 if eq else 2
+            reqs.append(value if eq else (args[i - 1] if i - 1 < len(args) else ""))
+            continue
+        if a.startswith("-"):
+            i += 1 if eq or key not in _PIP_VALUE_OPTS else 2
+            continue
+        reqs.append(a)
+        i += 1
+    return reqs
 
 
 def pip(args: list[str]) -> int:
     if args[:1] == ["install"]:
-        return install([a for a in args[1:] if not a.startswith("-") and not a.endswith(".txt")],
-                       "pip install")
+        return install(pip_requirements(args[1:]), "pip install")
     if args[:1] in (["--version"], ["-V"]):
         print("pip (r2v offline test runtime)")
         return 0
+    if args[:1] in (["list"], ["freeze"], ["show"], ["cache"], ["config"], ["check"]):
+        note(f"skipped `pip {' '.join(args)}` (offline runtime)")
+        return 0
     note(f"`pip {' '.join(args)}` is not available offline")
     return 1
+
+
+def make_venv(args: list[str]) -> int:
+    """``python -m venv DIR``: a venv of the judge's interpreter that sees its packages
+    (``--system-site-packages``, no pip); its ``python``/``pip`` go through this runtime, so installs into it
+    map onto what the host has and ``python -m pytest`` is the judge's."""
+    import subprocess
+
+    dirs = [a for a in args if not a.startswith("-")]
+    if not dirs:
+        note("`python -m venv` needs a directory")
+        return 2
+    bin_dir = os.path.join(RT, "bin")
+    for d in dirs:
+        code = subprocess.call([real_python(), "-m", "venv", "--without-pip", "--system-site-packages",
+                                *(["--clear"] if "--clear" in args else []), d])
+        if code:
+            return code
+        for name in ("python", "python3", "pip", "pip3"):
+            path = os.path.join(d, "bin", name)
+            if os.path.lexists(path):
+                os.unlink(path)
+            with open(path, "w") as f:
+                f.write(f'#!/bin/sh\nexec "{bin_dir}/{name}" "$@"\n')
+            os.chmod(path, 0o755)
+        note(f"`python -m venv {d}`: a venv of the judge's interpreter with its packages (nothing downloaded)")
+    return 0
+
+
+def noop(name: str, args: list[str]) -> int:
+    """Image set-up with no local meaning (users, groups, ownership, caches): skipped, and said so."""
+    note(f"skipped `{name} {' '.join(args)}` (image set-up; the local backend runs on the host's system)")
+    return 0
 
 
 def venv(path: str) -> int:
@@ -268,7 +350,7 @@ def uv(args: list[str]) -> int:
         rest, _ = _strip_opts(rest, _UV_VALUE_OPTS)
         return venv(rest[0] if rest else ".venv")
     if sub == "pip" and rest[:1] == ["install"]:
-        return install([a for a in rest[1:] if not a.startswith("-")], "uv pip install")
+        return install(pip_requirements(rest[1:]), "uv pip install")
     if sub == "add":
         return install([a for a in rest if not a.startswith("-")], "uv add")
     if sub in ("init", "sync", "lock", "python", "cache") or (sub == "pip" and rest[:1] in (["sync"], ["list"])):
@@ -334,7 +416,9 @@ def main(argv: list[str]) -> int:
         return python(args)
     if name in ("pip", "pip3"):
         return pip(args)
-    handlers = {"uv": uv, "uvx": uvx, "curl": curl, "apt-get": apt, "apt": apt}
+    if name in NOOPS:
+        return noop(name, args)
+    handlers = {"uv": uv, "uvx": uvx, "curl": curl, "wget": curl, "apt-get": apt, "apt": apt}
     return handlers[name](args)
 
 
