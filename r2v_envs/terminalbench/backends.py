@@ -37,7 +37,7 @@ from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
-from r2v_envs.terminalbench.build import BuildCache, Layout, TaskLoadError, build_key, interpret
+from r2v_envs.terminalbench.build import HOST_ALIAS, WRITABLE_SYSTEM, BuildCache, Layout, build_key, interpret
 from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit, read_verdict
 from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TaskFormatError, TerminalTask, parse_pytest_summary
 
@@ -184,7 +184,9 @@ class LocalBackend(Backend):
         # plugin autoloading costs ~1.5 s per pytest run here).
         self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
                      "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "R2V_TEST_PYTHON": sys.executable}
-        layout = Layout(self.scratch / "app", self.scratch / "root", task.workdir, self._mapped)
+        if self._mapped:  # HOME as in the task's container (root's), in the task's writable root
+            self._env["HOME"] = "/root"
+        layout = self._layout()
         key = build_key(task, self.isolation, self._runtime)
         image_env = self.builds.restore(task.task_id, key, layout)
         if image_env is None:
@@ -201,7 +203,10 @@ class LocalBackend(Backend):
         return RUNTIME_MOUNT if self._mapped else str(self._runtime)
 
     def _episode_ro_binds(self) -> list[tuple[str, str]]:
-        return [(str(self._runtime), RUNTIME_MOUNT)] if self._mapped else []
+        if not self._mapped:
+            return []
+        return [(str(self._runtime), RUNTIME_MOUNT),
+                *((w, f"{HOST_ALIAS}{w}") for w in WRITABLE_SYSTEM if os.path.isdir(w))]
 
     def _episode_binds(self) -> list[tuple[str, str]]:
         binds = [(str(self.scratch / "app"), self.task.workdir), (str(self.scratch / "tests"), "/tests")]
@@ -209,10 +214,11 @@ class LocalBackend(Backend):
             binds.append((str(self.scratch / "solution"), HARBOR_SOLUTION_DIR))
         return binds
 
+    def _layout(self) -> Layout:
+        return Layout(self.scratch / "app", self.scratch / "root", self.task.workdir, self._mapped)
+
     def _refresh_binds(self) -> None:
-        root = self.scratch / "root"
-        self.sandbox.tops = ([(str(d), "/" + d.name) for d in sorted(root.iterdir()) if d.is_dir()]
-                             if self._mapped and root.is_dir() else [])
+        self.sandbox.tops = self._layout().binds()
         if self.sandbox.judge is None:
             self.sandbox.binds = self._episode_binds()
 
@@ -221,7 +227,7 @@ class LocalBackend(Backend):
         first on PATH, in the step's WORKDIR."""
         self._refresh_binds()
         if not self._mapped:
-            host = Layout(self.scratch / "app", self.scratch / "root", self.task.workdir, False).host_path(cwd)
+            host = self._layout().host_path(cwd)
             cwd = str(host) if host is not None else str(self.scratch / "app")
         rt = self._rt()
         path = f"{rt}/build-bin:{rt}/bin:{env.get('PATH') or self._base_path()}"
@@ -240,6 +246,8 @@ class LocalBackend(Backend):
         # mount points and the session folder so the next command still runs.
         for sub in ("app", "tests", ".r2v", "solution", "root"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+        for src, _dst in self.sandbox.tops:  # the task's writable root, emptied but still mounted
+            Path(src).mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
         self._ensure_layout()

@@ -30,12 +30,16 @@ from pathlib import Path
 from r2v_envs.core import cache_dir
 from r2v_envs.terminalbench.tasks import TaskFormatError, TerminalTask, expand_vars
 
-BUILD_VERSION = "1"  # bump when the interpretation changes: old cache entries are then ignored
+BUILD_VERSION = "2"  # bump when the interpretation changes: old cache entries are then ignored
 # Top-level folders a task may not write: the host's read-only system, and the harness' own mount points.
 SYSTEM_TOPS = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "sys",
                          "run", "boot"})
 RESERVED_TOPS = frozenset({"tests", "solution", "logs", "r2v-judge", ".r2v-verdict"})
-DEFAULT_TOPS = ("tmp", "opt", "srv", "home", "mnt", "var", "data")  # always writable, as in a container
+DEFAULT_TOPS = ("tmp", "opt", "srv", "home", "root", "mnt", "var", "data")  # always writable, as in a container
+# System folders a Dockerfile commonly installs into: writable per task, seeded with links to the host's files
+# (which stay visible read-only at HOST_ALIAS + the folder).
+WRITABLE_SYSTEM = ("/usr/local/bin", "/usr/local/sbin")
+HOST_ALIAS = "/.r2v-host"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NEEDS_NETWORK = re.compile(r"cannot install |Could not resolve host|Network is unreachable|"
                            r"Temporary failure in name resolution|Failed to establish a new connection")
@@ -70,9 +74,30 @@ class Layout:
         if path == root or path.startswith(root + "/"):
             return self.app / os.path.relpath(path, root)
         top = path.strip("/").split("/")[0]
-        if not self.mapped or not top or top in SYSTEM_TOPS or top in RESERVED_TOPS:
+        system = any(path == w or path.startswith(w + "/") for w in WRITABLE_SYSTEM)
+        if not self.mapped or not top or (top in SYSTEM_TOPS and not system) or top in RESERVED_TOPS:
             return None
         return self.root / path.lstrip("/")
+
+    def binds(self) -> list[tuple[str, str]]:
+        """(host folder, mount point) of the task's writable root, for bubblewrap."""
+        if not self.mapped or not self.root.is_dir():
+            return []
+        out = [(str(d), "/" + d.name) for d in sorted(self.root.iterdir()) if d.is_dir() and d.name not in SYSTEM_TOPS]
+        return out + [(str(self.root / w.lstrip("/")), w) for w in WRITABLE_SYSTEM if (self.root / w.lstrip("/")).is_dir()]
+
+    def seed(self) -> None:
+        """The default writable folders, and the writable system folders with links to the host's files."""
+        for top in DEFAULT_TOPS:
+            (self.root / top).mkdir(parents=True, exist_ok=True)
+        (self.root / "tmp").chmod(0o1777)
+        for w in WRITABLE_SYSTEM:
+            d = self.root / w.lstrip("/")
+            d.mkdir(parents=True, exist_ok=True)
+            for entry in sorted(os.listdir(w)) if os.path.isdir(w) else ():
+                link = d / entry
+                if not link.exists() and not link.is_symlink():
+                    link.symlink_to(f"{HOST_ALIAS}{w}/{entry}")
 
 
 def interpret(task: TerminalTask, layout: Layout, run: Callable[[str, str, dict[str, str]], tuple[str, int | None]],
@@ -83,9 +108,8 @@ def interpret(task: TerminalTask, layout: Layout, run: Callable[[str, str, dict[
     env: dict[str, str] = {}
     args: dict[str, str] = {}
     cwd = "/"
-    for top in DEFAULT_TOPS:
-        if layout.mapped:
-            (layout.root / top).mkdir(parents=True, exist_ok=True)
+    if layout.mapped:
+        layout.seed()
     for n, step in enumerate(task.dockerfile, 1):
         text = f"{step.op} {' '.join(step.args)}"
         scope = {"PATH": base_path, **args, **env}

@@ -376,6 +376,7 @@ _UV_INSTALLER = """#!/bin/sh
 # r2v offline test runtime: the uv installer ({url}) was not downloaded; uv is provided by the runtime.
 echo "r2v offline test runtime: skipped the uv installer from {url} (uv is provided)" >&2
 mkdir -p "$HOME/.local/bin" && : > "$HOME/.local/bin/env"
+for t in uv uvx; do printf '#!/bin/sh\nexec "%s/bin/%s" "$@"\n' "{rt}" "$t" > "$HOME/.local/bin/$t"; chmod +x "$HOME/.local/bin/$t"; done
 """
 
 
@@ -383,7 +384,7 @@ def curl(args: list[str]) -> int:
     urls = [a for a in args if re.match(r"https?://", a)]
     output = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-o", "--output")), None)
     if urls and all(re.match(r"https?://(astral\.sh|github\.com/astral-sh)/uv", u) for u in urls):
-        script = _UV_INSTALLER.format(url=urls[0])
+        script = _UV_INSTALLER.format(url=urls[0], rt=RT)
         if output:
             with open(output, "w") as f:
                 f.write(script)

@@ -75,7 +75,7 @@ def suite(tmp_path_factory):
         harbor_task(root, name, tests=tests)
     harbor_task(root, "missing-package", dockerfile="FROM python:3.12-slim\nWORKDIR /app\nRUN mkdir -p /app/data\n"
                 "RUN pip install --no-cache-dir r2v-no-such-package==1.0\n")
-    harbor_task(root, "system-write", dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY tool /usr/local/bin/tool\n",
+    harbor_task(root, "system-write", dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY tool /etc/tool.conf\n",
                 env_files={"tool": "#!/bin/sh\necho tool\n"})
     return root
 
@@ -128,7 +128,7 @@ def test_a_step_that_cannot_run_names_itself(env):
     assert "Dockerfile step 4 `RUN pip install" in str(err.value)  # numbered as in the file, FROM is step 1
     with pytest.raises(TaskLoadError) as err:
         env.reset(options={"task_id": "system-write"})
-    assert err.value.step == 3 and not err.value.needs_network and "/usr/local/bin/tool" in err.value.why
+    assert err.value.step == 3 and not err.value.needs_network and "/etc/tool.conf" in err.value.why
 
 
 def test_judge_script_lists_load_failures_apart(suite, tmp_path):
