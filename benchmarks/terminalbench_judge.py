@@ -54,7 +54,10 @@ def main() -> None:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     rows, failed = [], []
-    for task_id in args.tasks or list(env.unwrapped.tasks):
+    unknown = [t for t in args.tasks or () if t not in env.unwrapped.tasks]
+    if unknown:
+        print(f"warning: not in the suite (or malformed), skipped: {' '.join(unknown)}", file=sys.stderr)
+    for task_id in [t for t in args.tasks or list(env.unwrapped.tasks) if t not in unknown]:
         start = time.monotonic()
         try:
             expert = play(env, task_id, None)

@@ -29,6 +29,20 @@ TROJAN_TARGET = dict(
             "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
     tests="from pathlib import Path\n\n\ndef test_answer_file_exists():\n    assert Path('/app/answer.txt').exists()\n"
           "\n\ndef test_answer():\n    assert Path('/app/answer.txt').read_text().strip() == '42'\n")
+# Run inside the judge's pytest: what a process the tests start can see of the verdict channel.
+CHANNEL_PROBE = """import os, subprocess, sys
+
+
+def test_the_channel_is_out_of_reach():
+    me = os.getpid()
+    assert "R2V_VERDICT_FD" not in os.environ  # the plugin took it out of the environment
+    child = [sys.executable, "-c", "import os, sys; print(sorted(os.listdir('/proc/%d/fd')))" % me]
+    r = subprocess.run(child, capture_output=True, text=True)
+    assert r.returncode != 0 and "Permission denied" in r.stderr, r.stdout  # non-dumpable: no /proc/PID/fd
+    r = subprocess.run(["sh", "-c", "ls /proc/self/fd; ls -ld /.r2v-verdict; cat /.r2v-verdict/*"],
+                       capture_output=True, text=True)
+    assert "Permission denied" in r.stderr and "run" not in r.stdout, r.stdout + r.stderr
+"""
 REWRITERS = ("trojan_script_rewriter", "trojan_python_rewriter", "trojan_kills_and_reruns", "bashrc_rewriter",
              "prompt_command_rewriter", "agent_phase_loop", "daemon_kills_runner")
 
@@ -40,6 +54,7 @@ def env(tmp_path_factory):
     harbor_task(suite, "imports-solution", solve="printf 'def answer():\\n    return 42\\n' > /app/solution.py\n",
                 test_sh="#!/bin/bash\ncd /app\npython3 -m pytest /tests/test_outputs.py -rA\n",
                 tests="from solution import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
+    harbor_task(suite, "probes-channel", solve="true\n", tests=CHANNEL_PROBE)
     e = gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, backend="local", tasks_dir=suite,
                  split="all", max_episode_steps=20)
     yield e
@@ -71,6 +86,11 @@ def test_the_trojan_really_runs_in_the_test_phase(env):
     assert "test_answer_file_exists" not in str(info["test_results"]) or \
         info["test_results"].get("test_outputs.py::test_answer_file_exists") != "passed" or \
         any(s == "error" for s in info["test_results"].values())
+
+
+def test_the_channel_is_out_of_reach_of_processes_the_tests_start(env):
+    info = play(env, "probes-channel")
+    assert info["outcome"] == "resolved", info["test_output"][-3000:]
 
 
 def test_code_imported_into_pytest_can_still_forge(env):
