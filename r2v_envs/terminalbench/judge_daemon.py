@@ -103,7 +103,7 @@ class Daemon:
             conn.close()
             self.record(event="bad_request", why=str(exc)[:200])
             return
-        from r2v_shim import judge_pytest_args  # noqa: PLC0415 - the runtime's lib folder, set up in main()
+        from r2v_shim import judge_pytest_args  # the runtime's lib folder, set up in main()
 
         args, dropped = judge_pytest_args([str(a) for a in req["args"]], self.test_dir, self.ini)
         self.count += 1
@@ -144,6 +144,7 @@ class Daemon:
                 os.close(fd)
         env = {str(k): str(v) for k, v in (req.get("env") or {}).items() if k not in _SCRUB}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        env["R2V_TRUSTED_TESTS"] = self.test_dir  # the judge's, whatever the request says (the plugin reads it)
         env["R2V_VERDICT_FD"] = str(w)
         os.environ.clear()
         os.environ.update(env)
@@ -160,7 +161,7 @@ class Daemon:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.argv = ["pytest", *args]
-        import pytest  # noqa: PLC0415 - the runtime's copy, imported only in the child
+        import pytest  # the runtime's copy, imported only in the child
 
         return int(pytest.main(args))
 

@@ -18,6 +18,8 @@ import os
 import types
 from pathlib import Path
 
+import pytest
+
 _TRUSTED_DIR = Path(os.environ.get("R2V_TRUSTED_TESTS") or os.environ.get("TEST_DIR") or "/tests").resolve()
 _refused: list[str] = []
 _VERDICT_FD = os.environ.pop("R2V_VERDICT_FD", None)
@@ -76,6 +78,23 @@ def pytest_addoption(parser, pluginmanager) -> None:
     pluginmanager._importconftest = guarded
 
 
+class _Refused(pytest.File):
+    """What an untrusted test module collects: nothing (and it is never imported)."""
+
+    def collect(self):
+        return []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path, parent):
+    # Also for paths given on the command line, which pytest never passes to pytest_ignore_collect: anyone in
+    # the test phase may ask the judge's daemon for a run of its own.
+    if not trusted(module_path):
+        _refuse(module_path)
+        return _Refused.from_parent(parent, path=module_path)
+    return None
+
+
 def pytest_ignore_collect(collection_path, config):
     if collection_path.suffix == ".py" and collection_path.is_file() and not trusted(collection_path):
         _refuse(collection_path)
@@ -87,7 +106,9 @@ def pytest_configure(config) -> None:
     opt = config.option
     partial = [f"{flag} {value}" for flag, value in (("-k", getattr(opt, "keyword", "")),
                                                      ("-m", getattr(opt, "markexpr", "")),
-                                                     ("--deselect", getattr(opt, "deselect", None))) if value]
+                                                     ("--deselect", getattr(opt, "deselect", None)),
+                                                     ("--ignore", getattr(opt, "ignore", None)),
+                                                     ("--ignore-glob", getattr(opt, "ignore_glob", None))) if value]
     partial += [f"node id {a}" for a in config.args if "::" in a]
     _send(event="start", args=[str(a) for a in config.args], partial=partial)
 

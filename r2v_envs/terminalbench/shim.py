@@ -34,7 +34,8 @@ PLUGINS = {"pytest-timeout": ("pytest_timeout", ("--timeout", "--timeout_method"
 # Options of pytest the judge sets itself: the script's values are dropped (name -> takes a value).
 OWNED = {"-p": True, "-c": True, "--config-file": True, "--rootdir": True, "--confcutdir": True, "--junitxml": True,
          "--junit-xml": True, "--junit-prefix": True, "--noconftest": False, "--pyargs": False,
-         "--import-mode": True, "-o": True, "--override-ini": True}
+         "--import-mode": True, "-o": True, "--override-ini": True, "--doctest-modules": False, "--doctest-glob": True,
+         "--doctest-continue-on-failure": False, "-P": False}
 _PROVIDED = {"pytest", "pip", "uv", "setuptools", "wheel"}
 # Reporting plugins the judge replaces with its own JUnit report: "installed" as no-ops, their options dropped.
 _REPORTERS = {"pytest-json-ctrf", "pytest-json-report"}

@@ -43,7 +43,8 @@ def test_the_channel_is_out_of_reach():
                        capture_output=True, text=True)
     assert "Permission denied" in r.stderr and "run" not in r.stdout, r.stdout + r.stderr
 """
-REWRITERS = ("trojan_script_rewriter", "trojan_python_rewriter", "trojan_kills_and_reruns", "bashrc_rewriter",
+REWRITERS = ("trojan_script_rewriter", "trojan_python_rewriter", "trojan_kills_and_reruns", "trojan_trusts_itself",
+             "bashrc_rewriter",
              "prompt_command_rewriter", "agent_phase_loop", "daemon_kills_runner")
 
 
