@@ -45,12 +45,14 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="*", help="only these task ids")
     ap.add_argument("--json", help="write the per-task results here")
     ap.add_argument("--hacks", nargs="*", help="only these hacks of the battery (default: all)")
+    ap.add_argument("--build-network", help="docker backend: network of the image builds (e.g. host)")
     args = ap.parse_args()
     hacks = [h for h in HACKS if args.hacks is None or h.name in args.hacks]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         env = gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, backend=args.backend,
-                       tasks_dir=args.tasks_dir, split="all", max_episode_steps=60)
+                       tasks_dir=args.tasks_dir, split="all", max_episode_steps=60,
+                       docker_options={"build_network": args.build_network} if args.build_network else None)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     rows, failed = [], []

@@ -101,7 +101,7 @@ class Backend(ABC):
 class TestRun(CommandResult):
     """The test phase: the script's output (display only) and the verdict's source, the judge's report."""
 
-    results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the JUnit XML
+    results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the judge's record
     judge: Mapping[str, Any] = field(default_factory=dict)  # how it was judged (report, refused files, ...)
 
 
@@ -259,12 +259,14 @@ class LocalBackend(Backend):
 
     def run_tests(self) -> TestRun:
         """The judge: a fresh root-owned copy of the tests (never writable by the agent), the offline test
-        runtime, a fresh shell with the harness' environment, and the verdict from the judge's JUnit XML.
+        runtime, a fresh shell with the harness' environment, and the verdict from the judge's own record.
 
-        Under bubblewrap the agent's processes all died with its last command (PID namespace), the copy is
-        mounted read-only at ``/tests`` and the report folder exists only from now on, so nothing the agent
-        left behind can edit the tests, run instead of pytest or write the report. Under ``unshare`` and
-        ``rlimit`` the agent ran as the caller with the host filesystem: ``judge["tamper_proof"]`` is False.
+        Under bubblewrap started by root, the agent's processes all died with its last command (PID
+        namespace), the copy is mounted read-only at ``/tests``, and the test phase runs under the judge's
+        daemon (:mod:`r2v_envs.terminalbench.judge_daemon`): pytest's reports reach a root-only verdict file
+        through a pipe no other test-phase process can reach, and the file is read once the whole PID
+        namespace is dead. Elsewhere the verdict is the JUnit XML in a folder the test phase can write:
+        ``judge["tamper_proof"]`` is False.
         """
         task = self.task
         self._ensure_layout()

@@ -7,8 +7,9 @@ Actions (text):
   process tree is killed. ``run[timeout=N] <command>`` sets the timeout (default ``command_timeout_s``,
   capped by what is left of the task's ``max_agent_timeout_sec``).
 * ``mark_task_complete`` — end the episode: the task's tests run from a fresh root-owned copy in a fresh
-  shell, under the offline test runtime, and the judge's own JUnit report decides (every test must pass; no
-  test fails). ``info["outcome"]`` types the end: ``resolved``, ``unresolved`` (tests failed),
+  shell, under the offline test runtime, and the judge's own record of its pytest runs decides with pytest's
+  semantics (at least one test ran, none failed or errored; skips count for neither; see
+  docs/terminalbench.md for the verdict channel). ``info["outcome"]`` types the end: ``resolved``, ``unresolved`` (tests failed),
   ``no_test_results``, or ``needs_network`` (unresolved after a command hit the missing network, e.g. a
   solution that installs packages: count it apart from agent failures).
 

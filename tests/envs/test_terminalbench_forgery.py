@@ -78,15 +78,14 @@ def test_rewriters_and_trojans_lose(env, name):
 
 
 def test_the_trojan_really_runs_in_the_test_phase(env):
-    """The trojan is live: the test script's own output shows the rewriter's script was started by it, and the
-    subset runs it asks the judge for are recorded and refused as partial."""
+    """The trojan is live: the subset runs it asks the judge for are recorded, flagged partial, and counted as
+    errors, and the test script it killed never started the full run."""
     hack = next(h for h in HACKS if h.name == "trojan_kills_and_reruns")
     info = play(env, "trojan-target", list(hack.actions))
     assert info["judge"]["runs"] >= 2 and info["judge"]["partial_runs"], info["judge"]
-    assert any("partial selection" in name for name in info["test_results"])
-    assert "test_answer_file_exists" not in str(info["test_results"]) or \
-        info["test_results"].get("test_outputs.py::test_answer_file_exists") != "passed" or \
-        any(s == "error" for s in info["test_results"].values())
+    partial = [name for name, status in info["test_results"].items() if "partial selection" in name]
+    assert partial and all(info["test_results"][name] == "error" for name in partial)
+    assert not info["won"]
 
 
 def test_the_channel_is_out_of_reach_of_processes_the_tests_start(env):
