@@ -21,6 +21,7 @@ import warnings
 import gymnasium as gym
 
 import r2v_envs  # noqa: F401
+from r2v_envs.errors import TaskEnvironmentError
 from r2v_envs.terminalbench.build import TaskLoadError
 from r2v_envs.terminalbench.hacks import HACKS
 
@@ -63,9 +64,11 @@ def main() -> None:
         start = time.monotonic()
         try:
             expert = play(env, task_id, None)
-        except TaskLoadError as exc:  # the task could not be set up: no episode ran, nothing to count
-            failed.append({"task": task_id, "step": exc.step, "instruction": exc.instruction[:200],
-                           "why": exc.why[:500], "needs_network": exc.needs_network})
+        except (TaskLoadError, TaskEnvironmentError) as exc:  # not set up: no episode ran, nothing to count
+            failed.append({"task": task_id, "step": getattr(exc, "step", "-"),
+                           "instruction": getattr(exc, "instruction", "")[:200],
+                           "why": getattr(exc, "why", str(exc))[:500], "needs_network": getattr(exc, "needs_network",
+                                                                                               False)})
             print(f"{task_id}: load failed: {exc}"[:600], file=sys.stderr)
             continue
         mark = play(env, task_id, ["mark_task_complete"])

@@ -26,9 +26,13 @@ docker version --format 'docker {{.Server.Version}}'
 
 if ! docker image inspect r2v-bookworm:base >/dev/null 2>&1; then
   ROOTFS="$D/rootfs"
-  rm -rf "$ROOTFS"
-  debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates,curl,procps,git \
-    bookworm "$ROOTFS" "$MIRROR" >"$D/debootstrap.log" 2>&1
+  if [ ! -x "$ROOTFS/usr/bin/python3" ]; then
+    rm -rf "$ROOTFS"
+    debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates,curl,procps,git \
+      bookworm "$ROOTFS" "$MIRROR" >"$D/debootstrap.log" 2>&1
+  fi
+  # The host's certificate authorities (a proxy in front of the package index may sign with its own).
+  cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/ssl/certs/ca-certificates.crt"
   # What python:*-slim images offer and Debian's differ in: pip may install system-wide, python is on /usr/local.
   rm -f "$ROOTFS"/usr/lib/python3*/EXTERNALLY-MANAGED
   ln -sf /usr/bin/python3 "$ROOTFS/usr/local/bin/python3"
@@ -41,7 +45,7 @@ fi
 # Every base image the tasks name, as the bookworm root (a stand-in: same Debian, python 3.11).
 for image in $(grep -hoiE '^FROM[[:space:]]+[^[:space:]]+' "$TASKS"/*/environment/Dockerfile "$TASKS"/*/Dockerfile \
                  2>/dev/null | awk '{print $2}' | sort -u); do
-  docker image inspect "$image" >/dev/null 2>&1 || docker tag r2v-bookworm:base "$image"
+  docker tag r2v-bookworm:base "$image"
 done
 
 python benchmarks/terminalbench_judge.py "$TASKS" --backend docker --build-network host "$@"
