@@ -41,8 +41,8 @@ DEFAULT_TOPS = ("tmp", "opt", "srv", "home", "root", "mnt", "var", "data")  # al
 WRITABLE_SYSTEM = ("/usr/local/bin", "/usr/local/sbin")
 HOST_ALIAS = "/.r2v-host"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-NEEDS_NETWORK = re.compile(r"cannot install |Could not resolve host|Network is unreachable|"
-                           r"Temporary failure in name resolution|Failed to establish a new connection")
+NEEDS_NETWORK = re.compile(r"cannot install |Could not resolve host|Network is unreachable|EAI_AGAIN|"
+                           r"getaddrinfo|Temporary failure in name resolution|Failed to establish a new connection")
 _SKIP_IN_CACHE = re.compile(r"^r2v-tb-")  # bubblewrap's mount points left in the task's /tmp
 
 
