@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import warnings
@@ -95,8 +96,10 @@ def main() -> None:
         print("| task | step | why | needs network |")
         print("|---|---|---|---|")
         for f in failed:
-            why = f["why"].splitlines()[0] if f["why"] else ""
-            print(f"| {f['task']} | {f['step']}: `{f['instruction'][:60]}` | {why[:120]} | {f['needs_network']} |")
+            lines = [ln.strip() for ln in f["why"].splitlines() if ln.strip()] or [""]
+            why = lines[0] if len(lines) == 1 else f"{lines[0]} ... {next((ln for ln in lines[1:] if re.match(r"(?i)(\w+ )?error\b", ln)), lines[-1])}"
+            print(f"| {f['task']} | {f['step']}: `{f['instruction'][:60]}` | {why[:160].replace('|', '/')} | "
+                  f"{f['needs_network']} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"judged": rows, "load_failures": failed}, f, indent=1)
