@@ -97,7 +97,8 @@ def main() -> None:
         print("|---|---|---|---|")
         for f in failed:
             lines = [ln.strip() for ln in f["why"].splitlines() if ln.strip()] or [""]
-            why = lines[0] if len(lines) == 1 else f"{lines[0]} ... {next((ln for ln in lines[1:] if re.match(r"(?i)(\w+ )?error\b", ln)), lines[-1])}"
+            first_error = next((ln for ln in lines[1:] if re.match(r"(?i)(\w+ )?error\b", ln)), lines[-1])
+            why = lines[0] if len(lines) == 1 else f"{lines[0]} ... {first_error}"
             print(f"| {f['task']} | {f['step']}: `{f['instruction'][:60]}` | {why[:160].replace('|', '/')} | "
                   f"{f['needs_network']} |")
     if args.json:
