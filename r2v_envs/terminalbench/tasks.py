@@ -383,13 +383,13 @@ _VAR = re.compile(r"(?P<esc>\\\$)|\$\{(?P<braced>\w+)(?::(?P<op>[-+])(?P<word>[^
 
 
 def expand_vars(text: str, env: Mapping[str, str]) -> str:
-    """Docker's variable substitution in ``ENV``, ``ARG``, ``COPY``, ``WORKDIR``: ``$VAR``, ``${VAR}``,
-    ``${VAR:-default}``, ``${VAR:+alternative}``; ``\\$`` is a literal dollar; unset variables are empty.
+    r"""Docker's variable substitution in ``ENV``, ``ARG``, ``COPY``, ``WORKDIR``: ``$VAR``, ``${VAR}``,
+    ``${VAR:-default}``, ``${VAR:+alternative}``; ``\$`` is a literal dollar; unset variables are empty.
 
     Example:
         >>> expand_vars("/opt/v/bin:${PATH}", {"PATH": "/usr/bin"})
         '/opt/v/bin:/usr/bin'
-        >>> expand_vars("${A:-x}-${B:+y}-$C-\\$D", {"B": "1", "C": "c"})
+        >>> expand_vars(r"${A:-x}-${B:+y}-$C-\$D", {"B": "1", "C": "c"})
         'x-y-c-$D'
     """
     def sub(m: re.Match) -> str:
