@@ -90,6 +90,7 @@ class Daemon:
         os.chmod(socket_path, 0o666)
         self.server.listen(64)
         self.runs: dict[int, dict] = {}  # child pid -> {"n", "fd", "buf", "conn"}
+        self._wake: tuple[int, ...] = ()
         self.count = 0
 
     def record(self, **fields) -> None:
@@ -135,6 +136,10 @@ class Daemon:
         self.runs[pid] = {"n": n, "fd": r, "buf": b"", "conn": conn}
 
     def _child(self, req: dict, fds: list[int], w: int, args: list[str]) -> int:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the tests' own subprocesses are theirs to wait for
+        for fd in self._wake:
+            os.close(fd)
         _non_dumpable()
         _drop(self.uid)
         for target, fd in zip((0, 1, 2), fds):
@@ -215,6 +220,14 @@ class Daemon:
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
+        # A child's exit wakes the loop at once (the script waits on each run's status; polling cost it up to a
+        # whole poll interval per run).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wake_w)
+        self._wake = (wake_r, wake_w)
         status = None
         while status is None:
             while True:
@@ -230,10 +243,19 @@ class Daemon:
                     self.finish(pid, st)
             if status is not None:
                 break
-            fds = [self.server, *(run["fd"] for run in self.runs.values())]
-            ready, _, _ = select.select(fds, [], [], 0.05)
+            fds = [self.server, wake_r, *(run["fd"] for run in self.runs.values())]
+            try:
+                ready, _, _ = select.select(fds, [], [], 0.5)
+            except InterruptedError:
+                continue
             for item in ready:
-                if item is self.server:
+                if item == wake_r:
+                    try:
+                        while os.read(wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                elif item is self.server:
                     conn, _addr = self.server.accept()
                     self.start_run(conn)
                 else:
