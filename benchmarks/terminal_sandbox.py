@@ -6,6 +6,8 @@ scratch copy, so the difference is the price of isolation (namespaces, bind moun
 Rounds alternate the backends.
 
     python benchmarks/terminal_sandbox.py --rounds 3
+    python benchmarks/terminal_sandbox.py --phases          # one command, the test phase, a reset, apart
+    python benchmarks/terminal_sandbox.py --reset DIR TASK  # a task's cold (Dockerfile) and warm (cached) reset
 """
 
 from __future__ import annotations
@@ -50,10 +52,57 @@ def play(env, task_id) -> tuple[float, bool]:
     return time.perf_counter() - start, info["won"]
 
 
+def phases(rounds: int, task_id: str = "word-frequency", commands: int = 20) -> None:
+    """Median seconds of one trivial command, of the test phase and of a reset, per backend."""
+    envs = {"plain": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend=PlainBackend()),
+            "sandbox": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend="local")}
+    res = {name: {"command": [], "tests": [], "reset": []} for name in envs}
+    for _ in range(rounds):
+        for name, env in envs.items():
+            start = time.perf_counter()
+            env.reset(options={"task_id": task_id})
+            res[name]["reset"].append(time.perf_counter() - start)
+            for _ in range(commands):
+                start = time.perf_counter()
+                env.step("run echo hi")
+                res[name]["command"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            env.step("mark_task_complete")
+            res[name]["tests"].append(time.perf_counter() - start)
+    for name in envs:
+        print(name, {k: f"{statistics.median(v) * 1000:.1f} ms" for k, v in res[name].items()})
+
+
+def resets(tasks_dir: str, ids: list[str], warm: int = 5) -> None:
+    """Cold reset (the Dockerfile interpreted into an empty build cache) and the median of warm ones."""
+    import tempfile
+    from pathlib import Path
+
+    env = gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend="local",
+                   tasks_dir=tasks_dir)
+    env.unwrapped.backend.builds.root = Path(tempfile.mkdtemp(prefix="r2v-builds-"))
+    for task_id in ids:
+        start = time.perf_counter()
+        env.reset(options={"task_id": task_id})
+        cold = time.perf_counter() - start
+        times = []
+        for _ in range(warm):
+            start = time.perf_counter()
+            env.reset(options={"task_id": task_id})
+            times.append(time.perf_counter() - start)
+        print(f"{task_id}: cold {cold:.2f} s, warm median {statistics.median(times):.3f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--phases", action="store_true", help="time one command, the test phase and a reset")
+    parser.add_argument("--reset", nargs="+", metavar=("DIR", "TASK"), help="cold and warm resets of tasks")
     args = parser.parse_args()
+    if args.phases:
+        return phases(args.rounds)
+    if args.reset:
+        return resets(args.reset[0], args.reset[1:])
     ids = sorted(load_suite())
     envs = {"plain": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all",
                               backend=PlainBackend()),

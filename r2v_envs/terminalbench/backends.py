@@ -6,49 +6,46 @@ the previous command on exit), so ``cd`` and ``export`` carry over as in Termina
 every command keeps its own deadline and whole-tree kill. Output is stdout and stderr interleaved.
 
 * :class:`LocalBackend` — :class:`r2v_envs.sandbox.Sandbox` (bubblewrap, else ``unshare``, else rlimits) over
-  a scratch copy of the task. The task's Dockerfile is interpreted: ``WORKDIR``, ``COPY``/``ADD`` of local
-  files into the workdir, ``ENV``, and ``RUN`` steps (run in the sandbox, no network) except package installs
-  (``apt-get``, ``pip``, ``uv``, ``curl``/``wget`` downloads, ...), whose tools the host must provide. Under
-  bubblewrap the scratch workdir is mounted at the task's ``WORKDIR`` (``/app``) and the tests at ``/tests``;
-  under the weaker levels commands see the scratch path instead (``$APP_DIR``).
-* :class:`DockerBackend` — the ``docker`` SDK (imported lazily): builds the task image from its Dockerfile,
-  runs it with ``--network none`` and memory/pid limits, executes commands with ``timeout -s KILL``.
-  Chosen by ``backend="auto"`` only when an engine answers (:func:`docker_available`).
+  a scratch copy of the task. The task's Dockerfile is interpreted by :mod:`r2v_envs.terminalbench.build`
+  (``ENV``/``ARG`` expanded as Docker does, files copied or written anywhere but the system folders, every
+  ``RUN`` step run in the sandbox with installs mapped offline) and cached per task. Under bubblewrap the
+  scratch workdir is mounted at the task's ``WORKDIR`` (``/app``), its writable root at ``/opt``, ``/tmp``,
+  ``/home``, ..., the tests at ``/tests`` and the offline runtime read-only at its mount; under the weaker
+  levels commands see the scratch path instead (``$APP_DIR``) and writes outside it fail the load.
+* :class:`r2v_envs.terminalbench.docker_backend.DockerBackend` — a container built from the task's Dockerfile;
+  ``backend="auto"`` (:func:`r2v_envs.terminalbench.env.make_backend`) chooses it only when an engine answers.
 """
 
 from __future__ import annotations
 
-import io
+import atexit
 import json
 import os
-import re
+import queue
 import shlex
 import shutil
 import sys
-import tarfile
 import tempfile
-import time
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError, UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
-from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit
-from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TaskFormatError, TerminalTask, parse_pytest_summary
+from r2v_envs.terminalbench.build import HOST_ALIAS, WRITABLE_SYSTEM, BuildCache, Layout, build_key, interpret
+from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit, read_verdict
+from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TerminalTask, parse_pytest_summary
 
 BACKENDS = ("auto", "local", "docker")
 JUDGE_DIR = "/r2v-judge"  # the test phase's report folder and HOME, created fresh for it
 CWD_SENTINEL = "__R2V_CWD__:"
 _MAX_CAPTURE = 2_000_000  # bytes kept per command before the env's own (smarter) truncation
-# RUN steps that install packages or download: skipped locally (no network; the host provides the tools).
-_INSTALL = re.compile(r"^\s*(apt-get|apt|apk|yum|dnf|pip3?|python3? -m pip|uv|curl|wget|npm|conda|"
-                      # system set-up of the image (the local backend runs on the host's system instead)
-                      r"update-alternatives|add-apt-repository|locale-gen|useradd|adduser|groupadd|ldconfig|"
-                      r"update-ca-certificates)\b")
 _HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
+_JUDGE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # all the judge's daemon keeps (see _TaskSandbox)
+VERDICT_MOUNT = "/.r2v-verdict"  # root-only (0700): the daemon's verdict file, out of the test phase's reach
+JUDGE_SOCKET = f"{JUDGE_DIR}/sock/judge.sock"  # in a root-owned folder: test processes may call, not replace it
 
 
 @dataclass(frozen=True)
@@ -101,23 +98,39 @@ class Backend(ABC):
 class TestRun(CommandResult):
     """The test phase: the script's output (display only) and the verdict's source, the judge's report."""
 
-    results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the JUnit XML
+    results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the judge's record
     judge: Mapping[str, Any] = field(default_factory=dict)  # how it was judged (report, refused files, ...)
 
 
 class _TaskSandbox(Sandbox):
     """The shared sandbox plus bind mounts (bubblewrap only): the scratch copy appears at the task's
-    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container; ``ro_binds`` are read-only."""
+    WORKDIR (``/app``) and the tests at ``/tests``, as in the task's container; ``ro_binds`` are read-only.
+
+    ``judge`` (the test phase, root callers only): given the unprivileged uid, the command that starts the
+    judge's daemon in place of the plain uid drop; it keeps uid 0 with only the capabilities to change uids
+    and signal, and drops to the uid itself for the script and each pytest run."""
 
     binds: Sequence[tuple[str, str]] = ()
     ro_binds: Sequence[tuple[str, str]] = ()
+    tops: Sequence[tuple[str, str]] = ()  # the task's writable root: mounted before the system's own binds
+    judge: Callable[[int], list[str]] | None = None
+
+    def _drop_to(self, uid: int) -> list[str]:
+        return self.judge(uid) if self.judge is not None else super()._drop_to(uid)
 
     def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
         cmd = super()._command(argv, workdir, limits)
-        if self.isolation != "bwrap" or not (self.binds or self.ro_binds):
+        if self.isolation != "bwrap" or not (self.binds or self.ro_binds or self.tops):
             return cmd
+        if self.tops:
+            # Right after the private /tmp, before the interpreter's read-only binds and the scratch folder's
+            # own bind (which may live under /tmp or /root): those stay visible inside the task's folders.
+            t = next(k for k in range(len(cmd) - 1) if cmd[k:k + 2] == ["--tmpfs", "/tmp"]) + 2
+            cmd[t:t] = [x for src, dst in self.tops for x in ("--bind", src, dst)]
         i = cmd.index("--")  # end of bubblewrap's own options
         extra: list[str] = []
+        if self.judge is not None and self.drops_privileges:
+            extra += ["--cap-drop", "ALL", *(x for cap in _JUDGE_CAPS for x in ("--cap-add", cap))]
         for parent in sorted({os.path.dirname(dst) for _, dst in [*self.binds, *self.ro_binds]} - {"/"}):
             # bubblewrap would create a missing parent 0700: the unprivileged test process could not enter it
             extra += ["--perms", "0755", "--dir", parent]
@@ -140,6 +153,8 @@ class LocalBackend(Backend):
         self.scratch: Path | None = None
         self.task: TerminalTask | None = None
         self._env: dict[str, str] = {}
+        self._runtime: Path | None = None
+        self.builds = BuildCache()
 
     # paths as the commands see them
     @property
@@ -153,21 +168,42 @@ class LocalBackend(Backend):
         return "/tests" if self._mapped else str(self.scratch / "tests")
 
     def start(self, task: TerminalTask) -> None:
+        """A fresh copy of the task: its build from the cache, else the Dockerfile interpreted (and cached);
+        raises :class:`TaskLoadError` naming the step that cannot run locally."""
         self.close()
         self.task = task
         self.scratch = Path(tempfile.mkdtemp(prefix=f"r2v-tb-{task.task_id}-"))
-        (self.scratch / "app").mkdir()
-        (self.scratch / "tests").mkdir()
-        (self.scratch / ".r2v").mkdir()
-        (self.scratch / "solution").mkdir()
-        self.sandbox.binds = self._episode_binds()
-        self.sandbox.ro_binds = []
+        for sub in ("app", "tests", ".r2v", "solution", "root"):
+            (self.scratch / sub).mkdir()
+        self._runtime = build_test_runtime()
+        self.sandbox.ro_binds = self._episode_ro_binds()
         # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
         # plugin autoloading costs ~1.5 s per pytest run here).
         self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
-                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        for step in task.dockerfile:
-            self._apply(step, task)
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "R2V_TEST_PYTHON": sys.executable}
+        if self._mapped:  # HOME as in the task's container (root's), in the task's writable root
+            self._env["HOME"] = "/root"
+        layout = self._layout()
+        key = build_key(task, self.isolation, self._runtime)
+        image_env = self.builds.restore(task.task_id, key, layout)
+        if image_env is None:
+            self._refresh_binds()
+            image_env = interpret(task, layout, self._build_step, self._base_path())
+            self.builds.save(task.task_id, key, layout, image_env)
+        self._env.update(image_env)
+        self._refresh_binds()
+
+    def _base_path(self) -> str:
+        return minimal_env(str(self.scratch))["PATH"] + ":/usr/local/sbin:/usr/sbin:/sbin"
+
+    def _rt(self) -> str:
+        return RUNTIME_MOUNT if self._mapped else str(self._runtime)
+
+    def _episode_ro_binds(self) -> list[tuple[str, str]]:
+        if not self._mapped:
+            return []
+        return [(str(self._runtime), RUNTIME_MOUNT),
+                *((w, f"{HOST_ALIAS}{w}") for w in WRITABLE_SYSTEM if os.path.isdir(w))]
 
     def _episode_binds(self) -> list[tuple[str, str]]:
         binds = [(str(self.scratch / "app"), self.task.workdir), (str(self.scratch / "tests"), "/tests")]
@@ -175,37 +211,26 @@ class LocalBackend(Backend):
             binds.append((str(self.scratch / "solution"), HARBOR_SOLUTION_DIR))
         return binds
 
-    def _host_path(self, container_path: str, cwd: str) -> Path:
-        path = os.path.normpath(os.path.join(cwd, container_path))
-        root = self.task.workdir.rstrip("/")
-        if path != root and not path.startswith(root + "/"):
-            raise TaskFormatError(f"{self.task.task_id}: the local backend only writes under WORKDIR "
-                                  f"{root}, not {path} (use the docker backend)")
-        return self.scratch / "app" / os.path.relpath(path, root)
+    def _layout(self) -> Layout:
+        return Layout(self.scratch / "app", self.scratch / "root", self.task.workdir, self._mapped)
 
-    def _apply(self, step, task: TerminalTask) -> None:
-        workdir = task.workdir
-        if step.op in ("COPY", "ADD") and len(step.args) >= 2:
-            *sources, dest = step.args
-            target = self._host_path(dest, workdir)
-            for src in sources:
-                src_path = task.context_dir / src
-                if src_path.is_dir():
-                    shutil.copytree(src_path, target if dest.endswith("/") or len(sources) == 1 and
-                                    not target.is_file() else target / src_path.name, dirs_exist_ok=True)
-                elif src_path.is_file():
-                    dst = target / src_path.name if dest.endswith("/") or target.is_dir() else target
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src_path, dst)
-                else:
-                    raise TaskFormatError(f"{task.task_id}: COPY source {src} not found")
-        elif step.op == "ENV":
-            self._env[step.args[0]] = step.args[1]
-        elif step.op == "RUN" and not _INSTALL.match(step.args[0]):
-            result = self.run(step.args[0], timeout_s=120.0)
-            if result.exit_code != 0:
-                raise TaskFormatError(f"{task.task_id}: Dockerfile step `RUN {step.args[0]}` failed locally:\n"
-                                      f"{result.output[-1500:]}")
+    def _refresh_binds(self) -> None:
+        self.sandbox.tops = self._layout().binds()
+        if self.sandbox.judge is None:
+            self.sandbox.binds = self._episode_binds()
+
+    def _build_step(self, command: str, cwd: str, env: dict[str, str]) -> tuple[str, int | None]:
+        """One ``RUN`` step: the image's environment so far, the offline runtime's build no-ops and installers
+        first on PATH, in the step's WORKDIR."""
+        self._refresh_binds()
+        if not self._mapped:
+            host = self._layout().host_path(cwd)
+            cwd = str(host) if host is not None else str(self.scratch / "app")
+        rt = self._rt()
+        path = f"{rt}/build-bin:{rt}/bin:{env.get('PATH') or self._base_path()}"
+        script = f"exec 2>&1\ncd {shlex.quote(cwd)} || exit 1\n{command}\n"
+        out, code, timed_out, _wall = self._exec(script, 600.0, {**self._env, **env, "PATH": path})
+        return out + ("\n[timed out after 600 s]" if timed_out else ""), code
 
     def _exec(self, script: str, timeout_s: float, env: dict[str, str]) -> tuple[str, int | None, bool, float]:
         limits = SandboxLimits(wall_time_s=timeout_s, cpu_time_s=timeout_s, **self._limits)
@@ -216,8 +241,10 @@ class LocalBackend(Backend):
     def _ensure_layout(self) -> None:
         # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
         # mount points and the session folder so the next command still runs.
-        for sub in ("app", "tests", ".r2v", "solution"):
+        for sub in ("app", "tests", ".r2v", "solution", "root"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+        for src, _dst in self.sandbox.tops:  # the task's writable root, emptied but still mounted
+            Path(src).mkdir(parents=True, exist_ok=True)
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
         self._ensure_layout()
@@ -229,12 +256,14 @@ class LocalBackend(Backend):
 
     def run_tests(self) -> TestRun:
         """The judge: a fresh root-owned copy of the tests (never writable by the agent), the offline test
-        runtime, a fresh shell with the harness' environment, and the verdict from the judge's JUnit XML.
+        runtime, a fresh shell with the harness' environment, and the verdict from the judge's own record.
 
-        Under bubblewrap the agent's processes all died with its last command (PID namespace), the copy is
-        mounted read-only at ``/tests`` and the report folder exists only from now on, so nothing the agent
-        left behind can edit the tests, run instead of pytest or write the report. Under ``unshare`` and
-        ``rlimit`` the agent ran as the caller with the host filesystem: ``judge["tamper_proof"]`` is False.
+        Under bubblewrap started by root, the agent's processes all died with its last command (PID
+        namespace), the copy is mounted read-only at ``/tests``, and the test phase runs under the judge's
+        daemon (:mod:`r2v_envs.terminalbench.judge_daemon`): pytest's reports reach a root-only verdict file
+        through a pipe no other test-phase process can reach, and the file is read once the whole PID
+        namespace is dead. Elsewhere the verdict is the JUnit XML in a folder the test phase can write:
+        ``judge["tamper_proof"]`` is False.
         """
         task = self.task
         self._ensure_layout()
@@ -251,40 +280,89 @@ class LocalBackend(Backend):
         script_name = "test.sh" if task.format == "harbor" else "run-tests.sh"
         if task.format != "harbor":
             shutil.copy2(task.run_tests_script, tests / "run-tests.sh")
-        for sub in ("out", "home", "logs/verifier", "logs/agent"):
+        for sub in ("out", "home", "logs/verifier", "logs/agent", "verdict", "sock"):
             (judge / sub).mkdir(parents=True)
         judge.chmod(0o755)
+        (judge / "verdict").chmod(0o700)  # root's alone: the daemon writes here, no test-phase process can
         for path in [tests, *tests.rglob("*")]:  # readable by the test process, writable by no one but root
             path.chmod(0o755 if path.is_dir() else 0o644 | (path.stat().st_mode & 0o111))
         for sub in ("out", "home", "logs", "logs/verifier", "logs/agent"):  # fresh, for the test process only
             (judge / sub).chmod(0o1777)
+        daemon = self._mapped and self.sandbox.drops_privileges
+        if daemon:  # the daemon (uid 0 without CAP_DAC_*) starts in the scratch folder: let it traverse
+            self.scratch.chmod(0o711)
         if self._mapped:
             paths = {"tests": "/tests", "out": f"{JUDGE_DIR}/out", "home": f"{JUDGE_DIR}/home", "rt": RUNTIME_MOUNT}
             self.sandbox.ro_binds = [(str(tests), "/tests"), (str(runtime), RUNTIME_MOUNT)]
-            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "out"), paths["out"]),
-                                  (str(judge / "home"), paths["home"]), (str(judge / "logs"), "/logs")]
+            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "home"), paths["home"]),
+                                  (str(judge / "logs"), "/logs")]
+            self.sandbox.binds += ([(str(judge / "verdict"), VERDICT_MOUNT),
+                                    (str(judge / "sock"), os.path.dirname(JUDGE_SOCKET))] if daemon
+                                   else [(str(judge / "out"), paths["out"])])
         else:
             paths = {"tests": str(tests), "out": str(judge / "out"), "home": str(judge / "home"),
                      "rt": str(runtime)}
         base_path = self._env.get("PATH") or minimal_env(str(self.scratch))["PATH"]
-        env = {**self._env, "TEST_DIR": paths["tests"], "R2V_TRUSTED_TESTS": paths["tests"],
-               "R2V_JUDGE_OUT": paths["out"], "HOME": paths["home"], "R2V_TEST_PYTHON": sys.executable,
-               "PATH": f"{paths['rt']}/bin:{base_path}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        env = {**self._env, "TEST_DIR": paths["tests"], "R2V_TRUSTED_TESTS": paths["tests"], "HOME": paths["home"],
+               "R2V_TEST_PYTHON": sys.executable, "PATH": f"{paths['rt']}/bin:{base_path}",
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        if daemon:
+            env["R2V_JUDGE_SOCKET"] = JUDGE_SOCKET
+            self.sandbox.judge = lambda uid: [
+                sys.executable, "-I", f"{RUNTIME_MOUNT}/lib/r2v_judged.py", str(uid), f"{VERDICT_MOUNT}/verdict.jsonl",
+                JUDGE_SOCKET, f"{RUNTIME_MOUNT}/site", "/tests", f"{RUNTIME_MOUNT}/pytest.ini", "--"]
+        else:
+            env["R2V_JUDGE_OUT"] = paths["out"]
         script = (f"exec 2>&1\ncd {shlex.quote(self._app())}\n"
                   f"bash {shlex.quote(paths['tests'])}/{script_name}\n")
         try:
+            # Returns once the script has exited and the sandbox's whole PID namespace is killed: only then
+            # is the verdict read, so no process of the test phase is left to change it.
             out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, env)
         finally:
+            self.sandbox.judge = None
             self.sandbox.binds = self._episode_binds()
-            self.sandbox.ro_binds = []
+            self.sandbox.ro_binds = self._episode_ro_binds()
+        if daemon:
+            results, runs = read_verdict(judge / "verdict" / "verdict.jsonl")
+            results = {} if timed_out else results
+            info = {"report": "verdict", "tamper_proof": True, "printed_summary": parse_pytest_summary(out),
+                    **runs}
+            return TestRun(out, code, timed_out, wall, results=results, judge=info)
         results = {} if timed_out else read_junit(judge / "out")
         return TestRun(out, code, timed_out, wall, results=results,
-                       judge=_judge_info(judge / "out", results, out, tamper_proof=self._mapped))
+                       judge=_judge_info(judge / "out", results, out, tamper_proof=False))
 
     def close(self) -> None:
         if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            _remove_later(self.scratch)
             self.scratch = None
+
+
+_TRASH: queue.SimpleQueue = queue.SimpleQueue()
+_SWEEPER: list[threading.Thread] = []
+
+
+def _remove_later(path: Path) -> None:
+    """Delete a finished episode's folder in a background thread: a directory removal costs ~3 ms on this
+    kind of disk and a task's writable root has a few dozen, which a reset should not wait for. Whatever is
+    queued at exit is removed then."""
+    _TRASH.put(path)
+    if not _SWEEPER:
+        worker = threading.Thread(target=_sweep, name="r2v-tb-sweeper", daemon=True)
+        _SWEEPER.append(worker)
+        worker.start()
+        atexit.register(_sweep_now)
+
+
+def _sweep() -> None:
+    while True:
+        shutil.rmtree(_TRASH.get(), ignore_errors=True)
+
+
+def _sweep_now() -> None:
+    while not _TRASH.empty():
+        shutil.rmtree(_TRASH.get_nowait(), ignore_errors=True)
 
 
 def _judge_info(out_dir: Path, results: Mapping[str, str], output: str, tamper_proof: bool) -> dict[str, Any]:
@@ -298,164 +376,3 @@ def _judge_info(out_dir: Path, results: Mapping[str, str], output: str, tamper_p
             "refused_files": sorted(set(map(str, refused))),
             # what the script printed, for comparison only (never the verdict: anything can print it)
             "printed_summary": parse_pytest_summary(output)}
-
-
-# ------------------------------------------------------------------------------------------- docker
-def docker_available(timeout_s: float = 2.0) -> bool:
-    """Whether the ``docker`` SDK is installed and an engine answers a ping."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=int(max(1, timeout_s)))
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:  # no SDK, no socket, no permission: all mean "not available"
-        return False
-
-
-def _tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o755, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-class DockerBackend(Backend):
-    """Runs a task in a container built from its Dockerfile (``--network none``, memory and pid limits)."""
-
-    name = "docker"
-    STATE = "/tmp/.r2v"
-
-    def __init__(self, client: Any = None, mem_limit: str = "2g", pids_limit: int = 256,
-                 image_prefix: str = "r2v-tb", build_network: str | None = None):
-        self._client = client
-        self.mem_limit, self.pids_limit, self.image_prefix = mem_limit, pids_limit, image_prefix
-        # Network of the *build* containers only (e.g. "host" where Dockerfiles must apt-get or pip install and
-        # the default bridge is off); the task container always runs with --network none.
-        self.build_network = build_network
-        self.container: Any = None
-        self.task: TerminalTask | None = None
-        self._keep: list[str] = []
-        self._image_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            try:
-                import docker
-            except ImportError as exc:
-                raise BackendUnavailableError("docker", "pip install 'r2v[docker]'") from exc
-            self._client = docker.from_env()
-        return self._client
-
-    def start(self, task: TerminalTask) -> None:
-        self.close()
-        self.task = task
-        if not (task.context_dir / "Dockerfile").is_file():
-            raise TaskFormatError(f"{task.task_id}: the docker backend needs a Dockerfile")
-        import docker.errors
-
-        try:
-            image, _logs = self.client.images.build(path=str(task.context_dir),
-                                                    tag=f"{self.image_prefix}-{task.task_id}",
-                                                    rm=True, network_mode=self.build_network)
-        except (docker.errors.BuildError, docker.errors.APIError) as exc:
-            log = "".join(chunk.get("stream", "") for chunk in getattr(exc, "build_log", None) or [])
-            hint = ("" if self.build_network else " If its Dockerfile installs packages and build containers have "
-                    "no network here, pass docker_options={'build_network': 'host'}.")
-            raise TaskEnvironmentError(f"could not build the image of {task.task_id}: {exc}.{hint}\n"
-                                       f"{log[-2000:]}") from exc
-        # The offline test runtime, read-only: the test scripts' uv/pytest bootstrap works with no network.
-        runtime = build_test_runtime()
-        self.container = self.client.containers.run(
-            image.id, command=["sleep", "infinity"], detach=True, network_mode="none",
-            mem_limit=self.mem_limit, pids_limit=self.pids_limit, working_dir=task.workdir, init=True,
-            volumes={str(runtime): {"bind": RUNTIME_MOUNT, "mode": "ro"}})
-        self.container.exec_run(["mkdir", "-p", self.STATE, "/tests"])
-        # PID 1 is docker-init and its child the keeper `sleep`: the only processes that survive the test phase.
-        self._keep = self.container.exec_run(["sh", "-c", "cat /proc/1/task/1/children"])[1].decode().split()
-        env = (getattr(image, "attrs", None) or {}).get("Config", {}).get("Env") or []
-        self._image_path = next((e[5:] for e in env if e.startswith("PATH=")),
-                                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-
-    def _exec(self, argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[str, int | None,
-                                                                                                   bool, float]:
-        start = time.monotonic()
-        code, out = self.container.exec_run(["timeout", "-s", "KILL", str(int(max(1, timeout_s))), *argv],
-                                            environment=env or {}, workdir=self.task.workdir)
-        text = (out or b"")[:_MAX_CAPTURE].decode("utf-8", errors="replace")
-        timed_out = code == 137 and time.monotonic() - start >= timeout_s - 0.5
-        return text, None if timed_out else code, timed_out, time.monotonic() - start
-
-    def run(self, command: str, timeout_s: float) -> CommandResult:
-        self.container.put_archive(self.STATE, _tar({"cmd.sh": (command + "\n").encode()}))
-        out, code, timed_out, wall = self._exec(["bash", "--noprofile", "--norc", "-c",
-                                                 session_script(self.STATE, self.task.workdir)], timeout_s)
-        out, cwd = split_cwd(out)
-        return CommandResult(out, code, timed_out, wall, cwd)
-
-    def run_tests(self) -> TestRun:
-        """The judge in the container: every process the agent left is killed, ``/tests`` and the report folder
-        are recreated from the task's files, and the script runs with the runtime (mounted read-only at
-        :data:`RUNTIME_MOUNT`) first on PATH; the verdict is the JUnit XML read back from the container.
-
-        The agent was root in this container: it cannot touch the runtime or the fresh folders, but it could
-        have replaced the image's own interpreter, so ``judge["tamper_proof"]`` is False here.
-        """
-        task = self.task
-        keep = " ".join(["1", *self._keep])
-        self.container.exec_run(["sh", "-c", f'for d in /proc/[0-9]*; do p=${{d#/proc/}}; case " {keep} $$ " in *" $p "*) ;; '
-                                f'*) echo $p;; esac; done > /tmp/.r2v-pids; kill -9 $(cat /tmp/.r2v-pids) '
-                                f'2>/dev/null; rm -rf /tests {JUDGE_DIR} /logs; mkdir -p /tests '
-                                f'{JUDGE_DIR}/out {JUDGE_DIR}/home /logs/verifier /logs/agent; '
-                                f'chmod 1777 {JUDGE_DIR}/out {JUDGE_DIR}/home /logs/verifier /logs/agent'])
-        files = {str(p.relative_to(task.tests_dir)): p.read_bytes() for p in task.tests_dir.rglob("*")
-                 if p.is_file()}
-        script = "test.sh" if task.format == "harbor" else "run-tests.sh"
-        files[script] = task.run_tests_script.read_bytes()
-        self.container.put_archive("/tests", _tar(files))
-        python = self._exec(["sh", "-c", "command -v python3 || command -v python"], 30)[0].strip()
-        env = {"TEST_DIR": "/tests", "R2V_TRUSTED_TESTS": "/tests", "R2V_JUDGE_OUT": f"{JUDGE_DIR}/out",
-               "HOME": f"{JUDGE_DIR}/home", "R2V_TEST_PYTHON": python.splitlines()[-1] if python else "python3",
-               "PATH": f"{RUNTIME_MOUNT}/bin:{self._image_path}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        out, code, timed_out, wall = self._exec(["bash", f"/tests/{script}"], task.max_test_timeout_s, env)
-        with tempfile.TemporaryDirectory(prefix="r2v-tb-judge-") as tmp:
-            reports = Path(tmp) / "out"
-            reports.mkdir()
-            try:
-                stream, _stat = self.container.get_archive(f"{JUDGE_DIR}/out/.")
-                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                    for member in tar.getmembers():
-                        name = os.path.basename(member.name)
-                        if member.isfile() and re.fullmatch(r"(junit|judge)-[\w.-]+\.(xml|json)", name):
-                            (reports / name).write_bytes(tar.extractfile(member).read())
-            except Exception as exc:  # noqa: BLE001 - no report folder means no results, never a crash
-                out += f"\n[r2v: could not read the judge's reports: {exc}]"
-            results = {} if timed_out else read_junit(reports)
-            judge = _judge_info(reports, results, out, tamper_proof=False)
-        return TestRun(out, code, timed_out, wall, results=results, judge=judge)
-
-    def close(self) -> None:
-        if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            finally:
-                self.container = None
-
-
-def make_backend(backend: str | Backend = "auto", isolation: str = "auto",
-                 docker_options: dict[str, Any] | None = None) -> Backend:
-    """``"local"``, ``"docker"`` or ``"auto"`` (Docker when an engine answers, else local);
-    ``docker_options`` are keyword arguments of :class:`DockerBackend`."""
-    if isinstance(backend, Backend):
-        return backend
-    if backend not in BACKENDS:
-        raise UnknownChoiceError("terminal backend", backend, BACKENDS)
-    if backend == "docker" or (backend == "auto" and docker_available()):
-        return DockerBackend(**(docker_options or {}))
-    return LocalBackend(isolation=isolation)

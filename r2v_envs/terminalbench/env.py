@@ -7,8 +7,9 @@ Actions (text):
   process tree is killed. ``run[timeout=N] <command>`` sets the timeout (default ``command_timeout_s``,
   capped by what is left of the task's ``max_agent_timeout_sec``).
 * ``mark_task_complete`` — end the episode: the task's tests run from a fresh root-owned copy in a fresh
-  shell, under the offline test runtime, and the judge's own JUnit report decides (every test must pass; no
-  test fails). ``info["outcome"]`` types the end: ``resolved``, ``unresolved`` (tests failed),
+  shell, under the offline test runtime, and the judge's own record of its pytest runs decides with pytest's
+  semantics (at least one test ran, none failed or errored; skips count for neither; see
+  docs/terminalbench.md for the verdict channel). ``info["outcome"]`` types the end: ``resolved``, ``unresolved`` (tests failed),
   ``no_test_results``, or ``needs_network`` (unresolved after a command hit the missing network, e.g. a
   solution that installs packages: count it apart from agent failures).
 
@@ -41,7 +42,8 @@ from typing import Any
 
 from r2v_envs.core import TextEnv, build_env
 from r2v_envs.errors import UnknownChoiceError
-from r2v_envs.terminalbench.backends import Backend, CommandResult, make_backend
+from r2v_envs.terminalbench.backends import BACKENDS, Backend, CommandResult, LocalBackend
+from r2v_envs.terminalbench.docker_backend import DockerBackend, docker_available
 from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatWarning, TerminalTask, scan_suite, tests_passed
 
 PROMPT = "root@sandbox:{cwd}# "
@@ -82,6 +84,20 @@ def clean_text(text: str) -> str:
         True
     """
     return _CONTROL.sub("\ufffd", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+
+def make_backend(backend: str | Backend = "auto", isolation: str = "auto",
+                 docker_options: dict[str, Any] | None = None) -> Backend:
+    """``"local"``, ``"docker"`` or ``"auto"`` (Docker when an engine answers, else local);
+    ``docker_options`` are keyword arguments of :class:`DockerBackend`."""
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in BACKENDS:
+        raise UnknownChoiceError("terminal backend", backend, BACKENDS)
+    if backend == "docker" or (backend == "auto" and docker_available()):
+        return DockerBackend(**(docker_options or {}))
+    return LocalBackend(isolation=isolation)
 
 
 class TerminalBenchEnv(TextEnv):

@@ -3,7 +3,8 @@
 :func:`build_test_runtime` builds (once, atomically, under ``$R2V_CACHE/terminalbench-runtime/<digest>``) a folder that
 both backends mount read-only at :data:`RUNTIME_MOUNT` for the test phase only:
 
-* ``bin/``: ``uv``, ``uvx``, ``pytest``, ``python``/``python3``, ``pip``/``pip3``, ``curl``, ``apt-get`` (see
+* ``build-bin/``: no-ops for image set-up a Dockerfile's ``RUN`` steps do (``useradd``, ``chown``, ...).
+* ``bin/``: ``uv``, ``uvx``, ``pytest``, ``python``/``python3``, ``pip``/``pip3``, ``curl``/``wget``, ``apt-get`` (see
   :mod:`r2v_envs.terminalbench.shim`): upstream test scripts' network bootstrap maps onto the judge's pytest and
   says what it skipped; ``curl ... astral.sh/uv ... | sh`` gets a no-op installer.
 * ``site/``: a copy of the host's pytest and its pure-Python dependencies plus the judge plugin
@@ -12,8 +13,11 @@ both backends mount read-only at :data:`RUNTIME_MOUNT` for the test phase only:
 * ``pytest.ini``: the judge's (empty) configuration, so ini files and ``addopts`` in the agent's folder are
   never read.
 
-The verdict comes from pytest's JUnit XML, which the judge's pytest writes into a folder created for the test
-phase (:func:`read_junit`); text the test script or the agent prints is never parsed.
+The verdict comes from the judge's own record of its pytest runs: under bubblewrap the verdict file that the
+judge's daemon writes where no test-phase process can reach (:func:`read_verdict`, see
+:mod:`r2v_envs.terminalbench.judge_daemon`), elsewhere pytest's JUnit XML in a folder created for the test
+phase (:func:`read_junit`). Text the test script or the agent prints is never parsed. Statuses follow pytest:
+``passed``, ``failed``, ``error``, ``skipped``, ``xfailed``, ``xpassed``.
 
 Example:
     >>> import tempfile, pathlib
@@ -30,17 +34,20 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from r2v_envs.core import cache_dir
+from r2v_envs.terminalbench.shim import NOOPS
 
 RUNTIME_MOUNT = "/opt/r2v-test-runtime"
-COMMANDS = ("uv", "uvx", "pytest", "py.test", "python", "python3", "pip", "pip3", "curl", "apt-get", "apt")
+COMMANDS = ("uv", "uvx", "pytest", "py.test", "python", "python3", "pip", "pip3", "curl", "wget", "apt-get", "apt")
 # pytest and what it imports at run time (pure Python, so the copy also runs on a container's interpreter).
 SITE_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli")
 _HERE = Path(__file__).parent
@@ -73,7 +80,7 @@ def _dist_files(name: str) -> list[tuple[Path, str]]:
 
 def _digest() -> str:
     h = hashlib.sha256()
-    for name in ("shim.py", "judge_plugin.py"):
+    for name in ("shim.py", "judge_plugin.py", "judge_daemon.py"):
         h.update((_HERE / name).read_bytes())
     h.update(_WRAPPER.encode())
     for name in SITE_DISTRIBUTIONS:
@@ -101,9 +108,13 @@ def build_test_runtime(root: str | os.PathLike | None = None) -> Path:
         (tmp / "lib").mkdir()
         (tmp / "site").mkdir()
         shutil.copy2(_HERE / "shim.py", tmp / "lib" / "r2v_shim.py")
+        shutil.copy2(_HERE / "judge_daemon.py", tmp / "lib" / "r2v_judged.py")
         shutil.copy2(_HERE / "judge_plugin.py", tmp / "site" / "r2v_judge_plugin.py")
         for name in COMMANDS:
             (tmp / "bin" / name).write_text(_WRAPPER.format(name=name))
+        (tmp / "build-bin").mkdir()
+        for name in NOOPS:  # first on PATH for a Dockerfile's RUN steps only (see backends.LocalBackend)
+            (tmp / "build-bin" / name).write_text(_WRAPPER.format(name=name))
         for dist in SITE_DISTRIBUTIONS:
             for src, rel in _dist_files(dist):
                 if src.is_file():
@@ -118,7 +129,7 @@ def build_test_runtime(root: str | os.PathLike | None = None) -> Path:
             if path.is_dir():
                 path.chmod(0o555)
             else:
-                path.chmod(0o555 if path.parent.name == "bin" else 0o444)
+                path.chmod(0o555 if path.parent.name in ("bin", "build-bin") else 0o444)
         tmp.chmod(0o555)
         try:
             tmp.rename(target)
@@ -158,9 +169,96 @@ def read_junit(folder: str | os.PathLike) -> dict[str, str]:
             continue
         for case in root.iter("testcase"):
             name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
-            kinds = {child.tag for child in case}
+            kinds = {child.tag: child for child in case}
+            xfail = "skipped" in kinds and kinds["skipped"].get("type") == "pytest.xfail"
             status = ("failed" if "failure" in kinds else "error" if "error" in kinds
-                      else "skipped" if "skipped" in kinds else "passed")
-            if results.get(name) in (None, "passed"):  # the same test run twice: any failure counts
-                results[name] = status
+                      else "xfailed" if xfail else "skipped" if "skipped" in kinds else "passed")
+            _merge(results, name, status)
     return results
+
+
+_BAD = ("failed", "error")
+
+
+def _merge(results: dict[str, str], name: str, status: str) -> None:
+    """The same test run twice (two pytest runs of the script): any failure counts."""
+    if results.get(name) not in _BAD:
+        results[name] = status
+
+
+def _test_status(reports: list[tuple[str, str, bool]]) -> str:
+    """One test's status from its (phase, outcome, wasxfail) reports, as pytest's summary counts it."""
+    if any(outcome == "failed" and when != "call" for when, outcome, _ in reports):
+        return "error"
+    call = [(outcome, xfail) for when, outcome, xfail in reports if when == "call"]
+    if call:
+        outcome, xfail = call[-1]
+        return {"failed": "failed", "skipped": "xfailed" if xfail else "skipped",
+                "passed": "xpassed" if xfail else "passed"}.get(outcome, "error")
+    skipped = [xfail for _when, outcome, xfail in reports if outcome == "skipped"]
+    return ("xfailed" if skipped[-1] else "skipped") if skipped else "error"
+
+
+def read_verdict(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, Any]]:
+    """``(test -> status, about the runs)`` from the judge daemon's verdict file.
+
+    Every pytest run the daemon started counts: a run that did not finish (killed, crashed, left running
+    when the script ended) and a run that selected a subset of the tests add an ``error`` entry, so neither
+    can hide a failing test; collection errors are errors too.
+
+    Example:
+        >>> import json, tempfile, os
+        >>> f = os.path.join(tempfile.mkdtemp(), "verdict.jsonl")
+        >>> lines = [dict(run=1, event="start", partial=[]),
+        ...          dict(run=1, event="report", nodeid="t.py::a", when="call", outcome="passed", xfail=False),
+        ...          dict(run=1, event="report", nodeid="t.py::b", when="setup", outcome="skipped", xfail=False),
+        ...          dict(run=1, event="finish", exitstatus=0), dict(run=1, event="exit", code=0)]
+        >>> _ = open(f, "w").write("".join(json.dumps(x) + "\\n" for x in lines))
+        >>> read_verdict(f)[0]
+        {'t.py::a': 'passed', 't.py::b': 'skipped'}
+    """
+    runs: dict[int, dict[str, Any]] = {}
+    try:
+        text = Path(path).read_bytes()[:_MAX_REPORT_BYTES * 5].decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        try:
+            msg = json.loads(line)
+            n = int(msg.get("run", 0))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if not n:
+            continue
+        run = runs.setdefault(n, {"tests": {}, "partial": [], "finished": False, "exit": None, "refused": [],
+                                  "errors": []})
+        event = msg.get("event")
+        if event == "report":
+            run["tests"].setdefault(str(msg.get("nodeid")), []).append(
+                (str(msg.get("when")), str(msg.get("outcome")), bool(msg.get("xfail"))))
+        elif event == "start":
+            run["partial"] += [str(p) for p in msg.get("partial") or []]
+        elif event == "deselected" and msg.get("n"):
+            run["partial"].append(f"{msg['n']} test(s) deselected")
+        elif event == "collect_error":
+            run["errors"].append(str(msg.get("nodeid")))
+        elif event == "refused":
+            run["refused"].append(str(msg.get("path")))
+        elif event == "finish":
+            run["finished"] = True
+        elif event == "exit":
+            run["exit"] = msg.get("code")
+    results: dict[str, str] = {}
+    for n, run in sorted(runs.items()):
+        for nodeid, reports in run["tests"].items():
+            _merge(results, nodeid, _test_status(reports))
+        for nodeid in run["errors"]:
+            _merge(results, f"{nodeid}::<collection error>", "error")
+        if not run["finished"] or run["exit"] is None:
+            _merge(results, f"<pytest run {n}>::<did not finish>", "error")
+        if run["partial"]:
+            _merge(results, f"<pytest run {n}>::<partial selection: {'; '.join(run['partial'])}>", "error")
+    info = {"runs": len(runs), "refused_files": sorted({f for r in runs.values() for f in r["refused"]}),
+            "partial_runs": [n for n, r in runs.items() if r["partial"]],
+            "unfinished_runs": [n for n, r in runs.items() if not r["finished"] or r["exit"] is None]}
+    return results, info

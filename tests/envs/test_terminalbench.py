@@ -12,8 +12,8 @@ import pytest
 
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.errors import InvalidActionError, UnknownChoiceError
-from r2v_envs.terminalbench import backends
-from r2v_envs.terminalbench.env import USAGE, truncate_output
+from r2v_envs.terminalbench import backends, docker_backend
+from r2v_envs.terminalbench.env import USAGE, make_backend, truncate_output
 from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT
 from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task, parse_pytest_summary
 from r2v_envs.terminalbench.tasks import tests_passed as all_passed
@@ -192,7 +192,7 @@ class FakeContainer:
     def get_archive(self, path):
         self.calls.append(("get", path))
         files = {"junit-1-2.xml": self.junit} if self.junit is not None else {}
-        return [backends._tar(files)], {}
+        return [docker_backend._tar(files)], {}
 
     def remove(self, force=False):
         self.calls.append(("remove", force))
@@ -223,7 +223,7 @@ class FakeClient:
 
 def test_docker_backend_requests_an_isolated_container():
     client = FakeClient()
-    backend = backends.DockerBackend(client=client)
+    backend = docker_backend.DockerBackend(client=client)
     backend.start(SUITE["greeting-cli"])
     kw = client.run_kwargs
     assert kw["network_mode"] == "none" and kw["mem_limit"] and kw["pids_limit"] and kw["working_dir"] == "/app"
@@ -243,13 +243,13 @@ def test_docker_backend_requests_an_isolated_container():
     assert env["R2V_JUDGE_OUT"] == f"{backends.JUDGE_DIR}/out" and env["TEST_DIR"] == "/tests"
     backend.close()
     assert ("remove", True) in client.container.calls
-    assert isinstance(backends.make_backend("auto"), backends.LocalBackend) or backends.docker_available()
+    assert isinstance(make_backend("auto"), backends.LocalBackend) or docker_backend.docker_available()
 
 
 def test_docker_verdict_comes_from_the_report_not_the_printed_summary():
     client = FakeClient()
     client.container = FakeContainer(junit=None)  # the script printed PASSED, but no report was written
-    backend = backends.DockerBackend(client=client)
+    backend = docker_backend.DockerBackend(client=client)
     backend.start(SUITE["greeting-cli"])
     run = backend.run_tests()
     assert run.results == {} and run.judge["printed_summary"] == {"test_outputs.py::test_greets": "passed"}
@@ -261,8 +261,8 @@ def test_docker_build_network_and_build_failure_is_typed():
     from r2v_envs.errors import TaskEnvironmentError
 
     client = FakeClient()
-    backends.DockerBackend(client=client, build_network="host").start(SUITE["greeting-cli"])
+    docker_backend.DockerBackend(client=client, build_network="host").start(SUITE["greeting-cli"])
     assert client.built[2] == "host" and client.run_kwargs["network_mode"] == "none"  # the task itself stays offline
     client.fail_build = True
     with pytest.raises(TaskEnvironmentError, match="build_network.*\n.*Err:1"):
-        backends.DockerBackend(client=client).start(SUITE["c-build-fix"])
+        docker_backend.DockerBackend(client=client).start(SUITE["c-build-fix"])

@@ -78,7 +78,7 @@ def test_expert_wins_offline_and_mark_only_loses(env, task_id):
     info, _ = play(env, task_id)
     assert info["won"] and info["outcome"] == "resolved", info["test_output"]
     assert info["test_results"] and set(info["test_results"].values()) == {"passed"}
-    assert info["judge"]["report"] == "junit" and info["judge"]["reports"] >= 1
+    assert info["judge"].get("reports", 0) >= 1 or info["judge"].get("runs", 0) >= 1
     if task_id != "copy-tests-to-workdir":  # the upstream network bootstrap was skipped, and said so
         assert "skipped the uv installer from https://astral.sh/uv/" in info["test_output"]
     info, _ = play(env, task_id, ["mark_task_complete"])
@@ -116,12 +116,12 @@ def test_the_hacks_are_real(env):
     for action in hack.actions[:-1]:
         env.step(action)
     obs, *_ = env.step("run python3 -m pytest /tests -rA")
-    assert "PASSED tests/data/terminalbench/harbor-csv-stats/tests/test_outputs.py::test_forged" in obs
+    assert "PASSED tests/test_outputs.py::test_forged" in obs
     env.reset(options={"task_id": "upstream-uv-bootstrap"})
     hack = next(h for h in HACKS if h.name == "conftest_in_tests")
     for action in hack.actions[:-1]:
         env.step(action)
-    env.step("run printf 'def test_fails():\\n    assert False\\n' > /tests/data/terminalbench/harbor-csv-stats/tests/test_outputs.py")
+    env.step("run printf 'def test_fails():\\n    assert False\\n' > /tests/test_outputs.py")
     obs, *_ = env.step("run cd / && python3 -I -m pytest -p no:cacheprovider /tests -rA")
     assert "PASSED" in obs and "test_fails" in obs and "1 passed" in obs
 
