@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import random
 import statistics
 import sys
@@ -34,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Self
 
 import tyro
 import yaml
@@ -122,7 +121,7 @@ class Peak:
     def __init__(self, device: str):
         self.device = device
 
-    def __enter__(self) -> Peak:
+    def __enter__(self) -> Self:
         import torch
 
         if self.device == "cuda":
@@ -133,7 +132,7 @@ class Peak:
                 f.write("5")  # resets VmHWM (Linux)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         import torch
 
         if self.device == "cuda":
@@ -164,10 +163,11 @@ def build_model(shape: Shape, device: str) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kw = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-              num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, intermediate_size=shape.ffn,
-              tie_word_embeddings=shape.tied, max_position_embeddings=16384, bos_token_id=0, eos_token_id=0,
-              pad_token_id=0)
+    kw: dict[str, Any] = {
+        "vocab_size": shape.vocab, "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads, "intermediate_size": shape.ffn,
+        "tie_word_embeddings": shape.tied, "max_position_embeddings": 16384, "bos_token_id": 0, "eos_token_id": 0,
+        "pad_token_id": 0}
     if shape.head_dim:
         kw["head_dim"] = shape.head_dim
     config = AutoConfig.for_model(shape.arch, **kw)
@@ -211,9 +211,10 @@ def preset(shape: Shape) -> dict[str, Any]:
 
 def time_sampler(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: dict[str, Any]) -> None:
     import torch
+    from sampler_throughput import raw_generate
+
     from r2v_agents.prompts import action_style
     from r2v_agents.samplers.transformers_sampler import TransformersSampler
-    from sampler_throughput import raw_generate
 
     rng = random.Random(0)
     lengths = prompt_lengths(shape)
@@ -231,8 +232,8 @@ def time_sampler(model: Any, tok: Any, shape: Shape, args: Args, device: str, ou
         sampler = TransformersSampler(model, tok, max_new_tokens=new, batch_size=batch, seed=0, style=style,
                                       max_prompt_tokens=1 << 20)
         gen_args = SimpleNamespace(batch_size=batch, k=args.k, max_new_tokens=new)
-        variants = {"generate": lambda: raw_generate(model, tok, prompts, gen_args),
-                    "sampler": lambda: sampler.sample(prompts, args.k)}
+        variants = {"generate": lambda ps=prompts, g=gen_args: raw_generate(model, tok, ps, g),
+                    "sampler": lambda ps=prompts, s=sampler: s.sample(ps, args.k)}
         times: dict[str, list[float]] = {name: [] for name in variants}
         peaks: dict[str, float] = {}
         try:
@@ -273,7 +274,7 @@ class StepTimer:
     def __init__(self, cls: Any, device: str):
         self.cls, self.device, self.times = cls, device, []
 
-    def __enter__(self) -> StepTimer:
+    def __enter__(self) -> Self:
         import torch
 
         original, timer = self.cls.training_step, self
@@ -290,7 +291,7 @@ class StepTimer:
         self.cls.training_step = timed
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.cls.training_step = self.original
 
 
@@ -371,11 +372,11 @@ def time_dpo(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: d
     data = datasets.Dataset.from_list(dpo_rows(shape, batch * args.train_steps, prompt, action, k))
     name = "dpo_plain" if plain else "dpo"
     with tempfile.TemporaryDirectory() as tmp:
-        common = dict(output_dir=tmp, beta=dpo.get("beta", 0.1), max_steps=args.train_steps,
-                      learning_rate=dpo.get("learning_rate", 5e-6), per_device_train_batch_size=batch,
-                      max_length=max_length, save_strategy="no", logging_steps=1, report_to="none", seed=0,
-                      disable_tqdm=True,
-                      gradient_checkpointing=model.num_parameters() >= CHECKPOINTING_MIN_PARAMS)
+        common = {"output_dir": tmp, "beta": dpo.get("beta", 0.1), "max_steps": args.train_steps,
+                  "learning_rate": dpo.get("learning_rate", 5e-6), "per_device_train_batch_size": batch,
+                  "max_length": max_length, "save_strategy": "no", "logging_steps": 1, "report_to": "none",
+                  "seed": 0, "disable_tqdm": True,
+                  "gradient_checkpointing": model.num_parameters() >= CHECKPOINTING_MIN_PARAMS}
         if plain:
             import torch
 
@@ -414,24 +415,28 @@ def time_dpo(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: d
 def collect(n: int = 48) -> None:
     """Token counts of r2v prompts from each env's oracle episodes: SmolLM2's chat rendering (the env's action
     style) and, for TextWorld, the CPU default's tokenizer (2048 words trained on those prompts)."""
+    from sampler_throughput import collect_prompts
+
     from r2v_agents.backbones import load_backbone
     from r2v_agents.prompts import action_style, render_prompt
     from r2v_agents.tiny import train_tokenizer
-    from sampler_throughput import collect_prompts
 
     _, smol = load_backbone("smollm2")
     table: dict[str, dict[str, list[int]]] = {}
     for env_id in ("R2V/TextWorld-v0", "R2V/ALFWorld-v0", "R2V/HumanEval-v0", "R2V/TerminalBench-v0"):
         prompts = collect_prompts(n, env_id)
         style = action_style(env_id)
-        count = lambda tok, p: len(tok(render_prompt(p, tok, style), add_special_tokens=False)["input_ids"])  # noqa: E731
-        table[env_id] = {"smollm2": [count(smol, p) for p in prompts]}
+        table[env_id] = {"smollm2": [_count(smol, render_prompt(p, smol, style)) for p in prompts]}
         if env_id == "R2V/TextWorld-v0":
             tiny = train_tokenizer(prompts * 4, vocab_size=2048)
-            table[env_id]["tiny"] = [count(tiny, p) for p in prompts]
+            table[env_id]["tiny"] = [_count(tiny, render_prompt(p, tiny, style)) for p in prompts]
         print(env_id, {k: (min(v), round(statistics.mean(v)), max(v)) for k, v in table[env_id].items()})
     LENGTHS.parent.mkdir(parents=True, exist_ok=True)
     LENGTHS.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def _count(tok: Any, text: str) -> int:
+    return len(tok(text, add_special_tokens=False)["input_ids"])
 
 
 # ---------------------------------------------------------------- main

@@ -12,6 +12,7 @@ temperature/top-p variant.
     python scripts/sampler_golden.py record /tmp/sampler-golden.json
     python scripts/sampler_golden.py check /tmp/sampler-golden.json
     R2V_GOLDEN_MODELS=tiny python scripts/sampler_golden.py check /tmp/sampler-golden.json   # the tiny cases only
+    R2V_GOLDEN_CASES=seeded,top_p python scripts/sampler_golden.py check ...   # some cases only
 
 An optional third argument sets torch's thread count (default 2, the CPU pipeline's).
 """
@@ -70,10 +71,11 @@ def candidates_record(threads: int = 2) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     ps = prompts()
+    cases = os.environ.get("R2V_GOLDEN_CASES", ",".join(c[0] for c in CASES)).split(",")
     record: dict[str, Any] = {"threads": threads, "torch": torch.__version__}
     for name, (model, tok) in models().items():
         for style, new in (("line", 12), ("block", 24)):
-            for case, skw, kw, manual in CASES:
+            for case, skw, kw, manual in (c for c in CASES if c[0] in cases):
                 for batch in (1, 8):
                     sampler = TransformersSampler(model, tok, max_new_tokens=new, batch_size=batch, style=style,
                                                   **skw)

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from r2v_agents.backbones import inference_placement  # noqa: E402
-from r2v_eval import agents  # noqa: E402
+from r2v_agents.backbones import inference_placement
+from r2v_eval import agents
 
 
 class _Model:
