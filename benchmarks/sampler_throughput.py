@@ -44,12 +44,20 @@ class Args:
     model: str = ""
     """a saved causal LM directory or a backbone name (smollm2); empty: a fresh default-sized Qwen2 with a locally
     trained tokenizer"""
+    baseline: str = ""
+    """another TransformersSampler source file to time in the same rounds, e.g. the one of an older commit:
+    git show REV:r2v_agents/samplers/transformers_sampler.py > /tmp/old_sampler.py"""
+    warmup: int = 0
+    """prompts in each variant's warm-up call (0: all of them)"""
 
 
-def collect_prompts(n: int) -> list[str]:
-    """SLM prompts from oracle-played episodes of the small suite's train games (composite perturbations)."""
+def collect_prompts(n: int, env_id: str = "R2V/TextWorld-v0", **env_kwargs) -> list[str]:
+    """SLM prompts from oracle-played episodes of an env's train tasks (composite perturbations); by default
+    the small TextWorld suite's games."""
     prompts: list[str] = []
-    env = gym.make("R2V/TextWorld-v0", seed=7, split="train", suite="small", perturbations="composite")
+    if env_id == "R2V/TextWorld-v0":
+        env_kwargs = {"suite": "small", **env_kwargs}
+    env = gym.make(env_id, seed=7, split="train", perturbations="composite", **env_kwargs)
     ids = env.unwrapped.task_ids()
     try:
         for task in ids:
@@ -86,11 +94,21 @@ def raw_generate(model, tok, prompts: list[str], args: Args) -> None:
 
     for i in range(0, len(prompts), args.batch_size):
         batch = [render_prompt(p, tok) for p in prompts[i:i + args.batch_size]]  # as the sampler renders them
-        enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         with torch.no_grad():
             model.generate(**enc, do_sample=True, num_return_sequences=args.k, max_new_tokens=args.max_new_tokens,
                            temperature=1.0, top_p=1.0, top_k=0, return_dict_in_generate=True, output_logits=True,
                            pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+
+
+def load_sampler_class(path: str):
+    """``TransformersSampler`` from another copy of its module (it imports the rest of r2v from this tree)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_transformers_sampler", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TransformersSampler
 
 
 def main(args: Args) -> None:
@@ -103,15 +121,19 @@ def main(args: Args) -> None:
     model, tok = load_model(args, prompts)
     sampler = TransformersSampler(model, tok, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=0)
     lengths = [len(tok(render_prompt(p, tok), add_special_tokens=False)["input_ids"]) for p in prompts]
-    variants = {"generate": lambda: raw_generate(model, tok, prompts, args),
-                "r2v-sampler": lambda: sampler.sample(prompts, args.k)}
+    variants = {"generate": lambda ps: raw_generate(model, tok, ps, args),
+                "r2v-sampler": lambda ps: sampler.sample(ps, args.k)}
+    if args.baseline:
+        old = load_sampler_class(args.baseline)(model, tok, max_new_tokens=args.max_new_tokens,
+                                                batch_size=args.batch_size, seed=0)
+        variants["baseline"] = lambda ps: old.sample(ps, args.k)
     for fn in variants.values():  # warm-up
-        fn()
+        fn(prompts[:args.warmup or len(prompts)])
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, fn in variants.items():
             t = time.perf_counter()
-            fn()
+            fn(prompts)
             times[name].append(time.perf_counter() - t)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     print(f"{len(prompts)} prompts (mean {statistics.mean(lengths):.0f} tokens, max {max(lengths)}), k={args.k}, "
@@ -120,6 +142,9 @@ def main(args: Args) -> None:
     for name, t in med.items():
         print(f"  {name:12s} {t:6.2f} s  {len(prompts) / t:6.1f} prompts/s  {len(prompts) * args.k / t:7.1f} candidates/s")
     print(f"  speed-up of the r2v sampler over generate(): {med['generate'] / med['r2v-sampler']:.2f}x")
+    if args.baseline:
+        print(f"  speed-up of the baseline sampler over generate(): {med['generate'] / med['baseline']:.2f}x; "
+              f"r2v sampler over the baseline: {med['baseline'] / med['r2v-sampler']:.2f}x")
     print(f"  r2v sampler: {med['r2v-sampler'] / len(prompts):.2f} s per decision (k={args.k} candidates)")
 
 

@@ -145,6 +145,22 @@ def backbone_dir(name: str) -> str:
     return name
 
 
+def inference_placement(device: str | None = None) -> tuple[str, Any]:
+    """(device, dtype) to run a model for inference on: ``device`` if given, else CUDA where torch sees it, else
+    the CPU; bf16 on a CUDA device that supports it, else None (the checkpoint's own dtype, as on the CPU).
+
+    Example:
+        >>> inference_placement("cpu")
+        ('cpu', None)
+    """
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    on_cuda = str(device).startswith("cuda")
+    return device, torch.bfloat16 if on_cuda and torch.cuda.is_bf16_supported() else None
+
+
 def load_backbone(name: str, dtype: Any = None) -> tuple[Any, Any]:
     """(model, tokenizer) of backbone ``name`` (``smollm2`` or a checkpoint directory), in eval mode, pad set.
 

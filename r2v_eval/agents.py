@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from r2v_agents.backbones import SMOLLM2, load_backbone
+from r2v_agents.backbones import SMOLLM2, inference_placement, load_backbone
 from r2v_agents.context import Context
 from r2v_agents.episodes import INFRA_SOURCE
 from r2v_agents.grounding import CODE_BENCHMARKS, LIKELIHOOD, ground, reply_complete
@@ -118,7 +118,7 @@ class AgentOptions:
     budget: int | None = None
     """most requests the agent may send in this run (None: unlimited)"""
     device: str | None = None
-    """torch device of an hf: agent (None: cpu)"""
+    """torch device of an hf: agent (None: CUDA in bf16 when torch sees a GPU, else the CPU)"""
 
     def __post_init__(self) -> None:
         if self.grounding not in GROUNDING_MODES:
@@ -302,12 +302,14 @@ class HFChatAgent(BatchPolicy):
 
     @classmethod
     def from_pretrained(cls, path: str, device: str | None = None, **kw: Any) -> HFChatAgent:
-        """A local checkpoint directory, or a named backbone (``smollm2``) through :mod:`r2v_agents.backbones`."""
+        """A local checkpoint directory, or a named backbone (``smollm2``) through :mod:`r2v_agents.backbones`,
+        on ``device`` (None: CUDA in bf16 when available, else the CPU in the checkpoint's dtype)."""
         if not os.path.isdir(path) and path != SMOLLM2:
             raise BackendUnavailableError(f"hf:{path}", f"give a local checkpoint directory or {SMOLLM2!r} "
                                           "(nothing is downloaded)")
-        model, tokenizer = load_backbone(path)
-        if device:
+        device, dtype = inference_placement(device)
+        model, tokenizer = load_backbone(path, dtype=dtype)
+        if device != "cpu":
             model.to(device)
         return cls(model, tokenizer, **kw)
 

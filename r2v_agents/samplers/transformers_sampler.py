@@ -22,11 +22,12 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from r2v_agents.backbones import load_backbone
 from r2v_agents.policy import Candidate
-from r2v_agents.prompts import check_style, fence_closed, parse_completion, render_prompt
+from r2v_agents.prompts import check_style, parse_completion, render_prompt
 from r2v_agents.samplers import ChunkedSampler, stream_seed
 
 
@@ -34,9 +35,15 @@ class TransformersSampler(ChunkedSampler):
     """Samples with a KV-cached decoding loop; prompts longer than ``max_prompt_tokens`` keep their end.
 
     With a ``seed`` (or per-prompt ``keys``), each prompt's k samples come from its own generator seeded by
-    (seed, key, prompt text): the same prompt gives the same candidates in any batch, on any worker layout."""
+    (seed, key, prompt text): the same prompt gives the same draws in any batch, on any worker layout (its
+    scores agree to float rounding: a left-padded batch sums attention over longer rows). On CPU the draws are an
+    exponential race per prompt and step, as in the published runs; on an accelerator, inverse-CDF lookups of
+    uniforms drawn up front from the same per-prompt generators (other draws than the CPU's, same distribution)."""
 
     accepts_keys = True
+    #: On CPU, draw and reduce as the published runs did (see :meth:`_decode`); tests set it False to run the
+    #: accelerator's algorithm on the CPU.
+    replay_cpu_draws = True
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
                  top_p: float = 1.0, max_prompt_tokens: int = 1024, batch_size: int = 8, device: str | None = None,
@@ -55,6 +62,7 @@ class TransformersSampler(ChunkedSampler):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._newline_ids: set[int] | None = None
+        self._fences: Any = None  # token tables of block style's fence test (_fence_tables)
 
     @classmethod
     def from_pretrained(cls, path: str, device: str | None = None, **kwargs: Any) -> TransformersSampler:
@@ -83,60 +91,56 @@ class TransformersSampler(ChunkedSampler):
         enc = self.tokenizer([render_prompt(p, self.tokenizer, self.style) for p in prompts], return_tensors="pt", padding=True,
                              add_special_tokens=False)
         device = next(self.model.parameters()).device
-        ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
-        mask = enc["attention_mask"][:, -self.max_prompt_tokens:].to(device)
+        ids = enc["input_ids"][:, -self.max_prompt_tokens:]
+        mask = enc["attention_mask"][:, -self.max_prompt_tokens:]
         streams = None
         if self.seed is not None or keys is not None:  # one stream per prompt: batch make-up cannot change it
-            streams = []
-            for i, prompt in enumerate(prompts):
-                seed = stream_seed(self.seed, None if keys is None else keys[i], prompt)
-                streams.append(torch.Generator(device=device).manual_seed(seed))
-        new, logits = self._decode(ids, mask, k, streams)
-        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
-        new = new.cpu()
-        tok_lp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        ent = -(logp.exp() * logp).nan_to_num().sum(-1)
-        stop, eos = self._stop_ids(), self.tokenizer.eos_token_id
+            # CPU: a generator per prompt drives the exponential race each step (the published runs' draws);
+            # an accelerator: the same per-prompt generators, on the host, draw every step's uniform up front
+            streams = [torch.Generator().manual_seed(
+                stream_seed(self.seed, None if keys is None else keys[i], prompt)) for i, prompt in enumerate(prompts)]
+        new, tok_lp, ent, ends = self._decode(ids.to(device), mask.to(device), k, streams)
+        new, tok_lp, ent, ends = new.tolist(), tok_lp.tolist(), ent.tolist(), ends.tolist()
+        eos = self.tokenizer.eos_token_id
         result: list[list[Candidate]] = []
-        ids_cpu, mask_cpu = ids.cpu(), mask.cpu().bool()
         for p in range(len(prompts)):
-            prompt_ids = tuple(ids_cpu[p][mask_cpu[p]].tolist())  # left padding removed
+            prompt_ids = tuple(ids[p][mask[p].bool()].tolist())  # left padding removed
             cands = []
             for row in range(p * k, (p + 1) * k):
-                toks = new[row].tolist()
-                end = self._cut(toks, stop)
+                toks, end = new[row], ends[row]
                 text = self.tokenizer.decode([t for t in toks[:end] if t != eos], skip_special_tokens=True)
-                lps = tuple(float(x) for x in tok_lp[row, :end])
+                lps = tuple(tok_lp[row][:end])
                 cands.append(Candidate(action=parse_completion(text, self.style), logprob=sum(lps), token_logprobs=lps,
-                                       token_entropies=tuple(float(x) for x in ent[row, :end]),
-                                       token_ids=tuple(toks[:end]), prompt_token_ids=prompt_ids))
+                                       token_entropies=tuple(ent[row][:end]), token_ids=tuple(toks[:end]),
+                                       prompt_token_ids=prompt_ids))
             result.append(cands)
         return result
 
-    def _cut(self, toks: list[int], stop: set[int]) -> int:
-        """Tokens kept of a sampled row: up to its first stop token, or (block style) its fence-closing token."""
-        end = next((j + 1 for j, t in enumerate(toks) if t in stop), len(toks))
-        if self.style == "block":
-            text = ""
-            for j, t in enumerate(toks[:end]):
-                text += self.tokenizer.decode([t])
-                if fence_closed(text):
-                    return j + 1
-        return end
-
-    def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None) -> tuple[Any, Any]:
-        """Sample ``k`` continuations of each left-padded prompt: (token ids (B k, T), raw logits (B k, T, V)).
+    def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None) -> tuple[Any, Any, Any, Any]:
+        """Sample ``k`` continuations of each left-padded prompt: token ids, their log-probs and the entropies of
+        the raw next-token distributions (each (B k, T), on the host) and each row's kept length (B k,).
 
         The prompt is encoded once and its KV cache repeated k times (``generate(num_return_sequences=k)``
-        encodes each prompt k times, which dominated sampling on CPU); decoding stops as soon as every
-        sequence has emitted a stop token (EOS or a newline; block style: EOS or a closed fence), since
-        candidates are cut there anyway.
-        ``streams`` (one ``torch.Generator`` per prompt) make each prompt's draws its own.
+        encodes each prompt k times, which dominated sampling on CPU); a row ends at its first stop token (EOS
+        or a newline; block style: EOS, or the token that closes its first code fence, tracked on token tables
+        without decoding), and decoding stops once every row has ended. ``streams`` (one ``torch.Generator``
+        per prompt) make each prompt's draws its own.
+
+        On CPU the raw logits of every step are kept and reduced together at the end, as the published runs
+        did (a per-step reduction can move the last bit of an entropy), and the stop test reads ``done`` each
+        step. On an accelerator each step is reduced on the device to (B k,) numbers, the draws are inverse-CDF
+        lookups of uniforms taken up front from the per-prompt streams, and the stop test reads a flag copied
+        asynchronously, so the host never waits for the device inside the loop.
         """
         import torch
 
-        stop = torch.tensor(sorted(self._stop_ids()), device=ids.device)
+        exact = ids.device.type == "cpu" and self.replay_cpu_draws
+        cuda = ids.device.type == "cuda"
         position = (mask.cumsum(-1) - 1).clamp(min=0)
+        uniforms = None
+        if streams is not None and not exact:  # (B k, T) uniforms in (0, 1], one host draw per prompt
+            uniforms = 1.0 - torch.cat([torch.rand(k, self.max_new_tokens, generator=g, dtype=torch.float64)
+                                        for g in streams]).to(ids.device, non_blocking=True)
         with torch.no_grad():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True,
                              logits_to_keep=1)
@@ -145,35 +149,84 @@ class TransformersSampler(ChunkedSampler):
             mask = mask.repeat_interleave(k, dim=0)
             position = position[:, -1:].repeat_interleave(k, dim=0)
             logits = out.logits[:, -1].repeat_interleave(k, dim=0)
-            tokens, raw = [], []
-            done = torch.zeros(len(logits), dtype=torch.bool, device=ids.device)
-            texts = [""] * len(logits) if self.style == "block" else None
+            rows, width = logits.shape
+            is_stop = self._stop_table(width, ids.device)
+            fences = self._fence_tables(width, ids.device) if self.style == "block" else None
+            state = (torch.zeros(rows, dtype=torch.long, device=ids.device),) * 2  # closed fences, open backticks
+            tokens, raw, tok_lp, ent = [], [], [], []
+            done = torch.zeros(rows, dtype=torch.bool, device=ids.device)
+            ends = torch.full((rows,), self.max_new_tokens, dtype=torch.long, device=ids.device)
+            watch = _DoneWatch() if cuda else None
             for t in range(self.max_new_tokens):
-                raw.append(logits)
-                nxt = self._pick(logits, streams, k)
+                if exact:
+                    raw.append(logits)
+                    nxt = self._pick(logits, streams, k)
+                else:
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    nxt = self._pick(logits, None if uniforms is None else uniforms[:, t], k)
                 nxt = torch.where(done, self.tokenizer.pad_token_id, nxt)  # finished rows only pad
+                if not exact:
+                    tok_lp.append(logp.gather(-1, nxt[:, None])[:, 0])
+                    ent.append(-(logp.exp() * logp).nan_to_num().sum(-1))
                 tokens.append(nxt)
-                done |= torch.isin(nxt, stop)
-                if texts is not None:  # a row is finished once its text closes a code fence
-                    for r, tok in enumerate(nxt.tolist()):
-                        if not done[r]:
-                            texts[r] += self.tokenizer.decode([tok])
-                            if fence_closed(texts[r]):
-                                done[r] = True
-                if bool(done.all()) or t == self.max_new_tokens - 1:
+                live = ~done
+                done = done | is_stop[nxt]
+                if fences is not None:  # a row is finished once its text closes a code fence
+                    state, closed = _advance_fences(fences, state, nxt, live & ~done)
+                    done = done | (live & closed)
+                ends = torch.where(live & done, t + 1, ends)
+                if t == self.max_new_tokens - 1:
+                    break
+                if not cuda:
+                    if bool(done.all()):
+                        break
+                elif watch.all_done(done):
                     break
                 mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
                 position = position + 1
                 out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=position,
                                  past_key_values=cache, use_cache=True)
                 logits = out.logits[:, -1]
-        return torch.stack(tokens, dim=1), torch.stack(raw, dim=1)
+            new = torch.stack(tokens, dim=1)
+            ends = ends.clamp(max=new.shape[1])
+            if exact:
+                logp = torch.log_softmax(torch.stack(raw, dim=1).float(), dim=-1)
+                return (new, logp.gather(-1, new.unsqueeze(-1)).squeeze(-1),
+                        -(logp.exp() * logp).nan_to_num().sum(-1), ends)
+            return new.cpu(), torch.stack(tok_lp, dim=1).cpu(), torch.stack(ent, dim=1).cpu(), ends.cpu()
 
-    def _pick(self, logits: Any, streams: list[Any] | None = None, k: int = 1) -> Any:
+    def _stop_table(self, width: int, device: Any) -> Any:
+        """(V,) bool: which token ids end a candidate (:meth:`_stop_ids`)."""
+        import torch
+
+        table = torch.zeros(width, dtype=torch.bool)
+        table[[i for i in self._stop_ids() if 0 <= i < width]] = True
+        return table.to(device)
+
+    def _fence_tables(self, width: int, device: Any) -> Any:
+        """Per token id, the code-fence facts of its decoded text: (all backticks, its length, leading backticks,
+        fences closed inside it, trailing backticks), as (5, V) longs; built once per sampler by decoding every
+        id, as the per-token decode this replaces did."""
+        import torch
+
+        if self._fences is None or self._fences.shape[1] != width:
+            facts = [_backtick_facts(self._piece(i)) for i in range(width)]
+            self._fences = torch.tensor(facts, dtype=torch.long).T.contiguous()
+        return self._fences.to(device)
+
+    def _piece(self, token: int) -> str:
+        try:
+            return self.tokenizer.decode([token])
+        except (IndexError, KeyError, OverflowError, TypeError):  # an id past the tokenizer's table (padded vocab)
+            return ""
+
+    def _pick(self, logits: Any, streams: Any = None, k: int = 1) -> Any:
         """One token per row from softmax(logits / temperature), restricted to the top-p nucleus.
 
-        With ``streams`` (a generator per block of ``k`` rows) the draw is an exponential race,
+        ``streams``: a list of generators, one per block of ``k`` rows (CPU): the draw is an exponential race,
         argmax_v p_v / E_v with E_v ~ Exp(1) from the row's own generator, which picks v with probability p_v.
+        Or a (rows,) tensor of uniforms u in (0, 1] (an accelerator): the first v whose cumulative probability
+        reaches u times the total, one batched lookup. None: ``torch.multinomial`` on the global generator.
         """
         import torch
 
@@ -184,6 +237,64 @@ class TransformersSampler(ChunkedSampler):
             probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
         if streams is None:
             return torch.multinomial(probs, 1).squeeze(-1)
+        if isinstance(streams, torch.Tensor):
+            cdf = probs.cumsum(-1)
+            target = (streams.to(cdf.dtype) * cdf[:, -1])[:, None].contiguous()
+            return torch.searchsorted(cdf, target)[:, 0].clamp(max=probs.shape[-1] - 1)
         width = probs.shape[-1]
         race = torch.cat([torch.empty(k, width, device=probs.device).exponential_(generator=g) for g in streams])
         return (probs / race).argmax(dim=-1)
+
+
+def _backtick_facts(text: str) -> tuple[int, int, int, int, int]:
+    """(all backticks, length, leading backticks, fences closed by its inner backtick runs, trailing backticks)
+    of one token's text: enough to count ``FENCE`` in a concatenation of such texts without the texts.
+
+    Example:
+        >>> _backtick_facts("``"), _backtick_facts("`x```y``"), _backtick_facts("abc")
+        ((1, 2, 2, 0, 0), (0, 8, 1, 1, 2), (0, 3, 0, 0, 0))
+    """
+    if set(text) <= {"`"}:
+        return 1, len(text), len(text), 0, 0
+    lead = len(text) - len(text.lstrip("`"))
+    trail = len(text) - len(text.rstrip("`"))
+    inner = text[lead:len(text) - trail]
+    closed = sum(len(run) // 3 for run in re.findall(r"`+", inner))
+    return 0, len(text), lead, closed, trail
+
+
+def _advance_fences(tables: Any, state: tuple[Any, Any], tokens: Any, live: Any) -> tuple[tuple[Any, Any], Any]:
+    """Append each live row's token to its text's fence count: ``state`` is (fences closed, backticks in the
+    open run at the end); returns the new state and whether each row's text now holds two fences
+    (:func:`r2v_agents.prompts.fence_closed`: ``text.count(FENCE) >= 2``, FENCE being three backticks)."""
+    import torch
+
+    closed, run = state
+    whole, length, lead, inner, trail = tables[:, tokens]
+    grown = torch.where(whole.bool(), closed, closed + (run + lead) // 3 + inner)
+    run_after = torch.where(whole.bool(), run + length, trail)
+    closed, run = torch.where(live, grown, closed), torch.where(live, run_after, run)
+    return (closed, run), closed + run // 3 >= 2
+
+
+class _DoneWatch:
+    """Whether every row had ended at some step the CUDA device has finished, without waiting for the device:
+    each step queues a non-blocking copy of ``done.all()`` to pinned host memory and an event after it, and
+    reads only the copies whose events have completed (the loop may run a step or two past the end; the rows
+    that ended only pad)."""
+
+    def __init__(self) -> None:
+        self.flags: list[tuple[Any, Any]] = []
+        self.seen = 0
+
+    def all_done(self, done: Any) -> bool:
+        import torch
+
+        event = torch.cuda.Event()
+        self.flags.append((done.all().to("cpu", non_blocking=True), event))
+        event.record()
+        while self.seen < len(self.flags) and self.flags[self.seen][1].query():
+            if bool(self.flags[self.seen][0]):
+                return True
+            self.seen += 1
+        return False
