@@ -307,7 +307,8 @@ def _lengths_for_training(shape: Shape, args: Args, device: str, max_length: int
 def time_bc(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: dict[str, Any]) -> None:
     from trl import SFTTrainer
 
-    import r2v_train.bc as bc_module
+    import r2v_train.chain.bc as bc_module
+    from r2v_train.chain.bc import BCConfig
 
     bc = preset(shape)["bc"]
     batch = args.bc_batch or bc.get("batch_size", 8)
@@ -316,17 +317,17 @@ def time_bc(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: di
     rng = random.Random(1)
     rows = [{"prompt": words(prompt, shape.vocab, rng), "completion": " " + words(16, shape.vocab, rng)}
             for _ in range(batch * max(1, bc.get("gradient_accumulation_steps", 1)) * args.train_steps)]
+    cfg = BCConfig(max_steps=args.train_steps, learning_rate=bc.get("learning_rate", 2e-5), batch_size=batch,
+                   max_length=max_length, lora_r=bc.get("lora_r", 0), save_steps=10**6, logging_steps=1,
+                   gradient_accumulation_steps=bc.get("gradient_accumulation_steps", 1),
+                   sft_overrides={"save_strategy": "no", "disable_tqdm": True})
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = bc_module.BCConfig(output_dir=tmp, max_steps=args.train_steps, learning_rate=bc.get("learning_rate", 2e-5),
-                                 per_device_train_batch_size=batch, max_length=max_length, lora_r=bc.get("lora_r", 0),
-                                 save_steps=10**6, logging_steps=1,
-                                 gradient_accumulation_steps=bc.get("gradient_accumulation_steps", 1),
-                                 sft_overrides={"save_strategy": "no", "disable_tqdm": True})
+        sft = cfg.to_sft_config(tmp, model)
         saved = bc_module.save_trained
         bc_module.save_trained = lambda *a, **k: None  # time training, not writing a model to disk
         try:
             with StepTimer(SFTTrainer, device) as timer, Peak(device) as peak:
-                bc_module.train_bc(model, tok, rows, cfg)
+                bc_module.train_bc(model, tok, rows, cfg, tmp)
         except (RuntimeError, MemoryError) as e:
             if not _is_oom(e):
                 raise
@@ -335,7 +336,6 @@ def time_bc(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: di
             return
         finally:
             bc_module.save_trained = saved
-    sft = cfg.to_sft_config()
     step = statistics.median(timer.times[1:] or timer.times)
     out["bc"] = {"batch": batch, "seq": prompt + 17, "lora_r": cfg.lora_r, "step_s": step, "peak_gb": peak.gb,
                  "gradient_checkpointing": bool(sft.gradient_checkpointing), "bf16": bool(sft.bf16),
@@ -353,14 +353,15 @@ def dpo_rows(shape: Shape, n: int, prompt: int, action: int, k: int) -> list[dic
 
 def time_dpo(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: dict[str, Any],
              plain: bool = False) -> None:
-    """One DPO + consistency measurement, built as the pipeline's DPO stage builds its trainer (the BC model
-    as the frozen reference, checkpointing by the stage's parameter rule); ``plain``: TRL's DPOTrainer."""
+    """One DPO + consistency step built by the chain's own :func:`r2v_train.chain.dpo.dpo_trainer` (the frozen
+    reference, LoRA and checkpointing as the stage chooses them); ``plain``: TRL's DPOTrainer at the same
+    settings."""
     import datasets
-    from trl import DPOConfig, DPOTrainer
+    from trl import DPOTrainer
 
-    from r2v_train.bc import BCConfig
-    from r2v_train.dpo_consistency import ConsistencyDPOConfig, ConsistencyDPOTrainer
-    from r2v_train.policy_stages import CHECKPOINTING_MIN_PARAMS
+    from r2v_train.chain.dpo import DPOConfig, dpo_trainer
+    from r2v_train.chain.dpo_consistency import ConsistencyDPOTrainer
+    from r2v_train.chain.saving import lora_config
 
     chain = preset(shape)
     dpo = chain["dpo"]
@@ -371,27 +372,22 @@ def time_dpo(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: d
     k = chain.get("preferences", {}).get("k", 5)
     data = datasets.Dataset.from_list(dpo_rows(shape, batch * args.train_steps, prompt, action, k))
     name = "dpo_plain" if plain else "dpo"
+    cfg = DPOConfig(beta=dpo.get("beta", 0.1), max_steps=args.train_steps, learning_rate=dpo.get("learning_rate", 5e-6),
+                    batch_size=batch, max_length=max_length, lora_r=dpo.get("lora_r", 0),
+                    consistency_coef=dpo.get("consistency_coef", 0.2),
+                    overrides={"save_strategy": "no", "disable_tqdm": True})
     with tempfile.TemporaryDirectory() as tmp:
-        common = {"output_dir": tmp, "beta": dpo.get("beta", 0.1), "max_steps": args.train_steps,
-                  "learning_rate": dpo.get("learning_rate", 5e-6), "per_device_train_batch_size": batch,
-                  "max_length": max_length, "save_strategy": "no", "logging_steps": 1, "report_to": "none",
-                  "seed": 0, "disable_tqdm": True,
-                  "gradient_checkpointing": model.num_parameters() >= CHECKPOINTING_MIN_PARAMS}
-        if plain:
-            import torch
-
-            cuda_bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
-            cls, cfg = DPOTrainer, DPOConfig(bf16=cuda_bf16, use_cpu=device != "cuda", **common)
-            data = data.remove_columns(["prompt_alt", "candidates"])
-        else:
-            cls = ConsistencyDPOTrainer
-            cfg = ConsistencyDPOConfig(consistency_coef=dpo.get("consistency_coef", 0.2), **common)
-        # a preset that trains DPO through LoRA adapters: the adapter-free model is the reference (TRL's way)
-        lora = BCConfig(output_dir=tmp, lora_r=dpo.get("lora_r", 0)).peft_config()
+        trainer = None
         try:
-            with StepTimer(cls, device) as timer, Peak(device) as peak:
-                trainer = cls(model=model, ref_model=None if lora else copy.deepcopy(model), args=cfg,
-                              train_dataset=data, processing_class=tok, peft_config=lora)
+            with StepTimer(DPOTrainer if plain else ConsistencyDPOTrainer, device) as timer, Peak(device) as peak:
+                if plain:
+                    lora = lora_config(cfg.lora_r)
+                    args_ = cfg.to_trainer_args(tmp, model)
+                    trainer = DPOTrainer(model=model, ref_model=None if lora else copy.deepcopy(model), args=args_,
+                                         train_dataset=data.remove_columns(["prompt_alt", "candidates"]),
+                                         processing_class=tok, peft_config=lora)
+                else:
+                    trainer = dpo_trainer(model, tok, data, cfg, tmp)
                 trainer.train()
         except (RuntimeError, MemoryError) as e:
             if not _is_oom(e):
@@ -399,14 +395,15 @@ def time_dpo(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: d
             out[name] = {"oom": True, "batch": batch, "seq": prompt + action}
             print(f"  {'plain DPO' if plain else 'DPO + consistency'} batch {batch}: OOM")
             return
-        finally:
-            trainer = None
+        targs = trainer.args
+        trainer = None
     step = statistics.median(timer.times[1:] or timer.times)
     out[name] = {"batch": batch, "seq": prompt + action, "candidates": k, "step_s": step, "peak_gb": peak.gb,
-                 "gradient_checkpointing": bool(cfg.gradient_checkpointing), "bf16": bool(cfg.bf16)}
+                 "lora_r": cfg.lora_r, "gradient_checkpointing": bool(targs.gradient_checkpointing),
+                 "bf16": bool(targs.bf16)}
     print(f"  {'plain TRL DPO' if plain else 'DPO + consistency'} batch {batch}, prompt {prompt} + action {action} "
-          f"tokens, K={k}, checkpointing {'on' if cfg.gradient_checkpointing else 'off'}: {step:.2f} s per "
-          f"micro-batch, peak {peak.gb:.2f} GB")
+          f"tokens, K={k}, LoRA r{cfg.lora_r}, checkpointing {'on' if targs.gradient_checkpointing else 'off'}: "
+          f"{step:.2f} s per micro-batch, peak {peak.gb:.2f} GB")
 
 
 # ---------------------------------------------------------------- collection

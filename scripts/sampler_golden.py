@@ -34,7 +34,7 @@ CASES = (  # (name, sampler kwargs, sample kwargs, torch.manual_seed before samp
 
 def prompts() -> list[str]:
     """8 distinct scripted-env prompts of 250-600 characters (each text up to and including its "Action:")."""
-    from tests.tiny_fixtures import scripted_corpus_and_tokenizer
+    from tests.support.tiny_models import scripted_corpus_and_tokenizer
 
     texts, _ = scripted_corpus_and_tokenizer()
     out = []
@@ -47,7 +47,7 @@ def prompts() -> list[str]:
 
 def models() -> dict[str, tuple[Any, Any]]:
     from r2v_agents.tiny import build_tiny_model, train_tokenizer
-    from tests.tiny_fixtures import scripted_corpus_and_tokenizer
+    from tests.support.tiny_models import scripted_corpus_and_tokenizer
 
     texts, _ = scripted_corpus_and_tokenizer()
     tok = train_tokenizer(texts * 4, vocab_size=2048)

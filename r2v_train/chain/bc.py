@@ -45,6 +45,7 @@ from r2v_train.chain.saving import (
     done_info,
     has_checkpoint,
     is_done,
+    lora_config,
     save_model_atomically,
     save_trained,
     stage_identity,
@@ -135,14 +136,7 @@ class BCConfig:
         return SFTConfig(**kwargs)
 
     def peft_config(self) -> Any:
-        if self.lora_r == 0:
-            return None
-        from peft import LoraConfig
-
-        targets = self.lora_target_modules
-        return LoraConfig(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                          target_modules=targets if isinstance(targets, str) else list(targets),
-                          task_type="CAUSAL_LM")
+        return lora_config(self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_target_modules)
 
 
 def bc_dataset(rows: Any) -> Any:

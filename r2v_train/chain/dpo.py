@@ -28,6 +28,7 @@ from r2v_train.chain.saving import (
     done_info,
     has_checkpoint,
     is_done,
+    lora_config,
     save_trained,
     stage_identity,
     use_checkpointing,
@@ -56,6 +57,11 @@ class DPOConfig:
     gradient_checkpointing: bool | None = field(default=None, metadata={
         "help": "recompute activations in backward; None: on for models of >= 100M parameters"})
     logging_steps: int = field(default=1, metadata={"help": "log every this many steps"})
+    lora_r: int = field(default=0, metadata={
+        "help": "LoRA rank (0: all weights train); with LoRA the adapter-free model is the frozen reference (no "
+                "second copy in memory) and the adapters are merged into the saved model"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
     overrides: Mapping[str, Any] = field(default_factory=dict, metadata={
         "help": "any other ConsistencyDPOConfig fields (e.g. warmup_ratio: 0.1), passed through unchanged"})
 
@@ -85,6 +91,18 @@ class DPOConfig:
             gradient_checkpointing=use_checkpointing(self.gradient_checkpointing, model), **dict(self.overrides))
 
 
+def dpo_trainer(model: Any, tok: Any, data: Any, cfg: DPOConfig, output_dir: str) -> Any:
+    """The DPO + consistency trainer of ``model`` (the stage's, the launcher's and the GPU benchmark's)."""
+    from r2v_train.chain.dpo_consistency import ConsistencyDPOTrainer  # torch + TRL
+
+    lora = lora_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout)
+    # the frozen reference: with LoRA, the model with its adapters switched off (TRL's way, no second copy);
+    # else a distinct in-memory copy (with ref_model=None and no adapters TRL reloads the reference by name)
+    return ConsistencyDPOTrainer(model=model, ref_model=None if lora else copy.deepcopy(model),
+                                 args=cfg.to_trainer_args(output_dir, model), train_dataset=data,
+                                 processing_class=tok, peft_config=lora)
+
+
 def train_dpo(model_dir: str, data: Any, cfg: DPOConfig, output_dir: str, tokenizer: Any = None) -> str:
     """Train DPO + consistency from ``model_dir`` on ``data``; returns ``output_dir/model`` (kept if finished)."""
     final = os.path.join(output_dir, MODEL_DIR)
@@ -92,18 +110,14 @@ def train_dpo(model_dir: str, data: Any, cfg: DPOConfig, output_dir: str, tokeni
         return final
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from r2v_train.chain.dpo_consistency import ConsistencyDPOTrainer  # torch + TRL
-
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    args = cfg.to_trainer_args(output_dir, model)
-    # a distinct in-memory copy as the frozen reference: with ref_model=None TRL reloads the reference by name
-    trainer = ConsistencyDPOTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=data,
-                                    processing_class=tok)
-    result = trainer.train(resume_from_checkpoint=True if has_checkpoint(args.output_dir) else None)
-    save_trained(trainer, trainer.model, tok, final, info={
+    trainer = dpo_trainer(model, tok, data, cfg, output_dir)
+    result = trainer.train(resume_from_checkpoint=True if has_checkpoint(trainer.args.output_dir) else None)
+    trained = trainer.model.merge_and_unload() if cfg.lora_r else trainer.model
+    save_trained(trainer, trained, tok, final, info={
         "stage": "dpo", "config": jsonable(asdict(cfg)), "train_loss": result.training_loss,
         "global_step": result.global_step, "log_history": trainer.state.log_history})
     return final

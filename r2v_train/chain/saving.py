@@ -38,6 +38,16 @@ def stage_identity(cfg: Any, key_fields: Sequence[str]) -> dict[str, Any]:
     return {k: v for k, v in asdict(cfg).items() if k in key_fields or v != defaults[k]}
 
 
+def lora_config(r: int, alpha: int = 16, dropout: float = 0.05, targets: Sequence[str] | str = "all-linear") -> Any:
+    """peft's ``LoraConfig`` for a causal LM, or None for ``r == 0`` (all weights train)."""
+    if r == 0:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                      target_modules=targets if isinstance(targets, str) else list(targets), task_type="CAUSAL_LM")
+
+
 def is_done(model_dir: str) -> bool:
     return os.path.exists(os.path.join(model_dir, DONE_FILE))
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from r2v_agents.prompts import fence_closed
 from r2v_agents.samplers.transformers_sampler import TransformersSampler, _advance_fences, _backtick_facts
-from tests.tiny_fixtures import scripted_corpus_and_tokenizer
+from tests.support.tiny_models import scripted_corpus_and_tokenizer
 
 SEED = 4
 PIECES = ("`", "``", "```", "````", "a", "`a`", "x```y``", "", "```py\n", "b`", "\n", "def", " f", "()")

@@ -111,3 +111,29 @@ def test_bad_config_raises():
     with pytest.raises(ValueError, match="consistency_coef"):
         ConsistencyDPOConfig(output_dir="x", consistency_coef=-1.0)
     assert ConsistencyDPOConfig(output_dir="x").bf16 is (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def test_lora_dpo_uses_the_adapter_free_model_as_reference_and_saves_merged_weights(tiny, tmp_path):
+    """LoRA DPO + consistency (the paper presets' setting on one GPU): no second model copy as reference, the
+    adapters merged into the saved model, the consistency term still logged."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from r2v_train.chain.dpo import DPOConfig, dpo_trainer, train_dpo
+    from r2v_train.chain.saving import DONE_FILE
+
+    tok, data = tiny
+    torch.manual_seed(0)
+    base = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128)
+    base.save_pretrained(tmp_path / "bc")
+    tok.save_pretrained(tmp_path / "bc")
+    cfg = DPOConfig(max_steps=3, learning_rate=5e-3, batch_size=4, lora_r=4, save_steps=100)
+    assert dpo_trainer(copy.deepcopy(base), tok, data, cfg, str(tmp_path / "probe")).ref_model is None
+    final = train_dpo(str(tmp_path / "bc"), data, cfg, str(tmp_path / "dpo"))
+    trained = AutoModelForCausalLM.from_pretrained(final)
+    assert not any("lora" in k for k in trained.state_dict())
+    changed = sum(not torch.equal(p, base.state_dict()[n]) for n, p in trained.state_dict().items())
+    assert changed > 0
+    info = json.loads(open(f"{final}/{DONE_FILE}").read())
+    assert info["global_step"] == 3 and any("consistency/jsd" in h for h in info["log_history"])
