@@ -19,6 +19,20 @@ def trained_run_template(tmp_path_factory):
     return tmp
 
 
+@pytest.fixture(scope="session")
+def tiny_chain_template(tmp_path_factory):
+    """``(run dir, results)`` of the whole training chain on its tiny preset (the miniature pipeline's chain), built
+    once; a test that changes the run works on a copy (``shutil.copytree``)."""
+    import torch
+
+    from r2v_train.chain.stages import run_chain
+    from r2v_train.config import tiny_config
+
+    torch.set_num_threads(2)
+    run_dir = tmp_path_factory.mktemp("tiny-chain")
+    return run_dir, run_chain(tiny_config(), run_dir)
+
+
 # --------------------------------------------------------------------------------------- TextWorld games
 # Generating a TextWorld game took ~3 s of CPU in its own interpreter (~1 s in a warmed game server now), and
 # the default suite's test split (40 games) alone was 40% of the whole suite's time on a fresh cache (332 of

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -91,6 +92,9 @@ class Mini:
     check: Callable[[Path, str], None] = lambda tmp, out: None
     needs: Mini | None = None
     """a miniature whose outputs this one reads (run first, in the same temporary directory)"""
+    chain: str | None = None
+    """a run directory (under the temporary directory) to start from a copy of the session's tiny chain, so that
+    the documented command resumes its finished stages instead of training them again"""
 
 
 def _eval_report(tmp: Path, out: str) -> None:
@@ -119,7 +123,7 @@ MINIATURE_EVAL = Mini(lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:fir
                       check=_eval_report)
 MINIATURE_PIPELINE = Mini(lambda tmp: R2V + ["pipeline", "--config", "r2v_train/configs/miniature.yaml",
                                              "--run-dir", str(tmp / "mini"), "--progress", "False"],
-                          slow=True, timeout_s=1200, check=_pipeline_report("mini"))
+                          slow=True, timeout_s=1200, check=_pipeline_report("mini"), chain="mini")
 
 # Every shell command of the README and of the docs' quick starts, exactly as written (after shlex.join).
 SHELL: dict[str, Mini | None] = {
@@ -202,8 +206,11 @@ def test_command_table_is_the_dispatch_table() -> None:
 @pytest.mark.parametrize("command", [
     pytest.param(c, marks=[pytest.mark.slow] if (SHELL.get(c) and SHELL[c].slow) else [], id=c[:60])
     for c in COMMAND_CASES if SHELL.get(c) is not None])
-def test_documented_command_runs(command: str, tmp_path: Path) -> None:
+def test_documented_command_runs(command: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     mini = SHELL[command]
+    if mini.chain is not None and id(mini) not in _DONE:
+        template, _ = request.getfixturevalue("tiny_chain_template")
+        shutil.copytree(template, tmp_path / mini.chain, symlinks=True)
     mini.check(*_ran(mini, tmp_path))
 
 

@@ -19,10 +19,12 @@ from r2v_train.config import tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    torch.set_num_threads(2)
-    run_dir = tmp_path_factory.mktemp("chain")
-    return run_dir, run_chain(tiny_config(), run_dir)
+def chain(tmp_path_factory, tiny_chain_template):
+    """A copy of the session's tiny chain run: these tests remove outputs and rerun stages in it."""
+    template, results = tiny_chain_template
+    run_dir = tmp_path_factory.mktemp("chain") / "run"
+    shutil.copytree(template, run_dir, symlinks=True)
+    return run_dir, results
 
 
 def test_every_stage_writes_its_outputs(chain):
