@@ -209,6 +209,26 @@ class Daemon:
             pass
         run["conn"].close()
 
+    def _preload(self) -> None:
+        """Import the judge's pytest and its built-in plugins while the script starts.
+
+        Each run is a fork of this process, so what is imported here is not imported again on the script's
+        critical path (pytest and its plugins take about 0.1 s to import, about as long as the daemon costs a
+        test phase). The imports come from the runtime's folder and the interpreter's own paths only (``-I``: no
+        environment variable, no working directory), before any request: nothing the tests write can stand in
+        for them. The judge's own plugin is imported by each run: it reads the run's environment at import."""
+        sys.path[:] = [self.site, *(p for p in sys.path if os.path.isabs(p) and p != self.site)]
+        try:
+            import importlib
+
+            from _pytest.config import default_plugins
+
+            for name in default_plugins:
+                importlib.import_module(f"_pytest.{name}")
+            import r2v_shim  # noqa: F401  (judge_pytest_args, on each request)
+        except Exception:  # noqa: BLE001 - a run imports whatever is missing itself
+            pass
+
     # -------------------------------------------------------------------------------------- loop
     def serve(self, argv: list[str], env: dict[str, str]) -> int:
         script = os.fork()
@@ -228,6 +248,7 @@ class Daemon:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(wake_w)
         self._wake = (wake_r, wake_w)
+        self._preload()
         status = None
         while status is None:
             while True:
