@@ -7,4 +7,5 @@ bash scripts/install.sh
 if [ -z "${HUMANEVAL_OVERRIDE_PATH:-}" ] && [ -f ../shared/data/HumanEvalPlus-v0.1.10.jsonl.gz ]; then
   export HUMANEVAL_OVERRIDE_PATH="$(cd .. && pwd)/shared/data/HumanEvalPlus-v0.1.10.jsonl.gz"
 fi
-exec ${PYTHON:-python3} -m pytest -q "$@"
+# two pytest-xdist workers: most tests leave a core idle (sandbox deadlines, subprocess start-ups)
+exec ${PYTHON:-python3} -m pytest -q -n 2 "$@"

@@ -45,9 +45,35 @@ _BACKGROUND_NICE = 10
 _BACKGROUND_WORKERS = 2
 
 
+# --------------------------------------------------------------------------------------- parallel workers
+# The suite runs on two pytest-xdist workers (`-n 2`): most tests leave a core idle (sandbox deadlines,
+# subprocess start-ups, single-threaded tests); serially the fast lane kept 0.6 of one core busy. Tests sharing
+# an expensive session fixture go to one worker, so it is built once.
+_GROUPS = {"tiny_chain_template": "tiny-chain", "smollm2": "smollm2"}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     config.addinivalue_line("markers", "textworld_games(suite, split): TextWorld games this test needs, "
                                        "generated in the background from the start of the session")
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one worker under pytest-xdist")
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"  # `-n 2` alone: honour the groups (xdist's default ignores them)
+    if hasattr(config, "workerinput"):  # a worker parses the command line again, without the line above
+        config.option.loadgroup = True
+
+
+def pytest_itemcollected(item):
+    """Group a test with the others of its session fixture (``_GROUPS``), else with the rest of its module when
+    it uses a module-scoped fixture (a miniature chain, a trained router): one worker builds each once."""
+    names = getattr(item, "fixturenames", ())
+    group = next((g for fixture, g in _GROUPS.items() if fixture in names), None)
+    if group is None:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d and d[-1].scope == "module" for name, d in defs.items() if name in names):
+            group = item.nodeid.split("::")[0]
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _generate_in_background(specs, stop):

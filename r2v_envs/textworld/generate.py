@@ -21,6 +21,8 @@ Pre-generate a suite in parallel::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -62,6 +64,24 @@ def ensure_game(spec: GameSpec, root: Path | None = None, timeout: float = 300.0
     if path.is_file() and path.with_suffix(".json").is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    # One generation per game across processes (parallel test workers, two runs sharing a cache): the second
+    # waits for the first and then finds the game done instead of generating it again. Whoever holds the lock
+    # removes the lock file on the way out, if it is still the file it locked (a later comer then either finds
+    # the game, or locks a new file).
+    lock_path = path.parent / f".{path.name}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (path.is_file() and path.with_suffix(".json").is_file()):
+                _generate_into(spec, path, timeout, server)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:
+                    os.unlink(lock_path)
+    return path
+
+
+def _generate_into(spec: GameSpec, path: Path, timeout: float, server: GameServer | None) -> None:
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".tmp-") as tmp:
         tmp_game = Path(tmp) / path.name
         if server is not None:
@@ -80,7 +100,6 @@ def ensure_game(spec: GameSpec, root: Path | None = None, timeout: float = 300.0
         # the .json is what marks a game complete (see the check above), so it moves last
         os.replace(tmp_game, path)
         os.replace(tmp_game.with_suffix(".json"), path.with_suffix(".json"))
-    return path
 
 
 def _warmup_specs() -> list[GameSpec]:

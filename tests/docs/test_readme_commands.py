@@ -130,8 +130,9 @@ SHELL: dict[str, Mini | None] = {
     # CI runs these two (exempt here: see test_setup_scripts_exist)
     "bash scripts/main.sh": None,
     "bash scripts/test.sh": None,
-    # the fast lane: collected with its marker expression (running it here would run the suite inside the suite)
-    "python -m pytest -m 'not slow'": Mini(
+    # the fast lane: collected with its marker expression, in one process (running it here would run the suite
+    # inside the suite; `-n 2` only spreads the same tests over two workers)
+    "python -m pytest -n 2 -m 'not slow'": Mini(
         lambda tmp: [sys.executable, "-m", "pytest", "-m", "not slow", "--collect-only", "-q", "-p",
                      "no:cacheprovider"], slow=True, timeout_s=600,
         check=lambda tmp, out: re.search(r"\d+/\d+ tests collected \(\d+ deselected\)", out) or pytest.fail(out)),
@@ -203,9 +204,20 @@ def test_command_table_is_the_dispatch_table() -> None:
     assert rows == list(COMMANDS), "README's command table must list every r2v command once, in COMMANDS' order"
 
 
+def _marks(mini: Mini) -> list:
+    """``slow`` where it is; under pytest-xdist, the commands that share a session's outputs on one worker."""
+    marks = [pytest.mark.slow] if mini.slow else []
+    if mini.chain is not None:
+        marks.append(pytest.mark.xdist_group("tiny-chain"))  # the session's tiny chain, built once
+    elif mini.needs is not None or any(m.needs is mini for m in SHELL.values() if m is not None):
+        root = mini.needs or mini
+        name = next(c for c, m in SHELL.items() if m is root)  # the same in every worker process
+        marks.append(pytest.mark.xdist_group(f"readme:{name[:40]}"))  # one run, read by both
+    return marks
+
+
 @pytest.mark.parametrize("command", [
-    pytest.param(c, marks=[pytest.mark.slow] if (SHELL.get(c) and SHELL[c].slow) else [], id=c[:60])
-    for c in COMMAND_CASES if SHELL.get(c) is not None])
+    pytest.param(c, marks=_marks(SHELL[c]), id=c[:60]) for c in COMMAND_CASES if SHELL.get(c) is not None])
 def test_documented_command_runs(command: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     mini = SHELL[command]
     if mini.chain is not None and id(mini) not in _DONE:

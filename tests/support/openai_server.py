@@ -19,6 +19,8 @@ CHAT_TEMPLATE = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['conten
 
 def train_scripted_chat_model(out_dir: str, steps: int = 60) -> str:
     """A 1-layer Qwen2 trained for a few seconds on the scripted env's expert text, saved with a chat template."""
+    import copy
+
     import torch
 
     from r2v_agents.tiny import build_tiny_model
@@ -26,6 +28,7 @@ def train_scripted_chat_model(out_dir: str, steps: int = 60) -> str:
 
     torch.set_num_threads(1)
     texts, tok = scripted_corpus_and_tokenizer()
+    tok = copy.deepcopy(tok)  # the cached one is shared by the process's other tests: they expect no chat template
     model = build_tiny_model(tok, hidden_size=48, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=96)
     tok.padding_side = "right"  # positions must start at 0 as at inference (left padding would shift them)
     enc = tok(texts, return_tensors="pt", padding=True)
