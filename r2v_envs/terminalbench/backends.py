@@ -35,7 +35,8 @@ from typing import Any
 
 from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
 from r2v_envs.terminalbench.build import HOST_ALIAS, WRITABLE_SYSTEM, BuildCache, Layout, build_key, interpret
-from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT, build_test_runtime, read_junit, read_verdict
+from r2v_envs.terminalbench.runtime import (RUNTIME_MOUNT, build_test_runtime, named_test_files, read_junit,
+                                            read_verdict)
 from r2v_envs.terminalbench.tasks import HARBOR_SOLUTION_DIR, TerminalTask, parse_pytest_summary
 
 BACKENDS = ("auto", "local", "docker")
@@ -324,7 +325,8 @@ class LocalBackend(Backend):
             self.sandbox.binds = self._episode_binds()
             self.sandbox.ro_binds = self._episode_ro_binds()
         if daemon:
-            results, runs = read_verdict(judge / "verdict" / "verdict.jsonl")
+            named = named_test_files((tests / script_name).read_text(errors="replace"), tests)
+            results, runs = read_verdict(judge / "verdict" / "verdict.jsonl", expected_files=named)
             results = {} if timed_out else results
             info = {"report": "verdict", "tamper_proof": True, "printed_summary": parse_pytest_summary(out),
                     **runs}

@@ -36,10 +36,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +201,39 @@ def _test_status(reports: list[tuple[str, str, bool]]) -> str:
     return ("xfailed" if skipped[-1] else "skipped") if skipped else "error"
 
 
-def read_verdict(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, Any]]:
+_PY_WORD = re.compile(r"[\w./${}-]*\.py\b")
+
+
+def named_test_files(script: str, tests_dir: str | os.PathLike) -> list[str]:
+    """The pytest files (``test_*.py``, ``*_test.py``) the task's test script names that its tests folder
+    holds, relative to that folder (as the judge's node ids are: its rootdir is the tests folder).
+
+    A script names them as ``/tests/x.py``, ``$TEST_DIR/x.py`` or ``x.py``; each must then be run by the judge
+    (:func:`read_verdict`), so a trojan cannot ask for one file of several and leave out the one that fails.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp()); _ = [(d / n).write_text("") for n in ("test_a.py", "b_test.py")]
+        >>> named_test_files("pytest /tests/test_a.py ${TEST_DIR}/b_test.py /app/test_c.py helper.py", d)
+        ['b_test.py', 'test_a.py']
+    """
+    root, named = Path(tests_dir), set()
+    for word in _PY_WORD.findall(script):
+        rel = word.split("/tests/")[-1] if "/tests/" in word else re.sub(r"^\$\{?TEST_DIR\}?/", "", word)
+        name = os.path.basename(rel)
+        if (name.startswith("test_") or name.endswith("_test.py")) and not rel.startswith(("/", "$")) \
+                and (root / rel).is_file():
+            named.add(rel)
+    return sorted(named)
+
+
+def read_verdict(path: str | os.PathLike, expected_files: Sequence[str] = ()) -> tuple[dict[str, str], dict[str, Any]]:
     """``(test -> status, about the runs)`` from the judge daemon's verdict file.
 
     Every pytest run the daemon started counts: a run that did not finish (killed, crashed, left running
     when the script ended) and a run that selected a subset of the tests add an ``error`` entry, so neither
-    can hide a failing test; collection errors are errors too.
+    can hide a failing test; collection errors are errors too. Each of ``expected_files`` (the test files the
+    task's script names, :func:`named_test_files`) that no finished run collected is an error as well.
 
     Example:
         >>> import json, tempfile, os
@@ -258,7 +287,11 @@ def read_verdict(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, Any
             _merge(results, f"<pytest run {n}>::<did not finish>", "error")
         if run["partial"]:
             _merge(results, f"<pytest run {n}>::<partial selection: {'; '.join(run['partial'])}>", "error")
-    info = {"runs": len(runs), "refused_files": sorted({f for r in runs.values() for f in r["refused"]}),
+    ran = {nodeid.split("::")[0] for r in runs.values() if r["finished"] and not r["partial"] for nodeid in r["tests"]}
+    missing = [f for f in expected_files if f not in ran]
+    for f in missing:
+        _merge(results, f"{f}::<named by the test script, never run>", "error")
+    info = {"runs": len(runs), "missing_files": missing, "refused_files": sorted({f for r in runs.values() for f in r["refused"]}),
             "partial_runs": [n for n, r in runs.items() if r["partial"]],
             "unfinished_runs": [n for n, r in runs.items() if not r["finished"] or r["exit"] is None]}
     return results, info

@@ -43,7 +43,13 @@ def test_the_channel_is_out_of_reach():
                        capture_output=True, text=True)
     assert "Permission denied" in r.stderr and "run" not in r.stdout, r.stdout + r.stderr
 """
+# Two test files named by the script; the second passes whatever the agent did.
+TWO_FILES = dict(TROJAN_TARGET, test_sh=TROJAN_TARGET["test_sh"].replace(
+    "/tests/test_outputs.py", "/tests/test_outputs.py /tests/test_setup.py"),
+    test_files={"test_setup.py": "from pathlib import Path\n\n\ndef test_check_script_is_there():\n"
+                                 "    assert Path('/app/check.sh').exists()\n"})
 REWRITERS = ("trojan_script_rewriter", "trojan_python_rewriter", "trojan_kills_and_reruns", "trojan_trusts_itself",
+             "trojan_picks_a_test_file",
              "bashrc_rewriter",
              "prompt_command_rewriter", "agent_phase_loop", "daemon_kills_runner")
 
@@ -56,6 +62,7 @@ def env(tmp_path_factory):
                 test_sh="#!/bin/bash\ncd /app\npython3 -m pytest /tests/test_outputs.py -rA\n",
                 tests="from solution import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
     harbor_task(suite, "probes-channel", solve="true\n", tests=CHANNEL_PROBE)
+    harbor_task(suite, "two-test-files", **TWO_FILES)
     e = gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, backend="local", tasks_dir=suite,
                  split="all", max_episode_steps=20)
     yield e
@@ -75,6 +82,19 @@ def test_rewriters_and_trojans_lose(env, name):
     hack = next(h for h in HACKS if h.name == name)
     info = play(env, "trojan-target", list(hack.actions))
     assert not info["won"], (name, info["test_results"], info["test_output"][-2000:])
+
+
+def test_a_trojan_cannot_choose_one_test_file_of_those_the_script_names(env):
+    """The trojan finds (with a pytest of its own) that only test_setup.py passes and asks the judge for that file
+    alone: a whole file, so no partial selection, but test_outputs.py, named by the script, never ran."""
+    info = play(env, "two-test-files")
+    assert info["outcome"] == "resolved" and info["judge"]["missing_files"] == [], info["test_output"]
+    assert {k.split("::")[0] for k in info["test_results"]} == {"test_outputs.py", "test_setup.py"}
+    hack = next(h for h in HACKS if h.name == "trojan_picks_a_test_file")
+    info = play(env, "two-test-files", list(hack.actions))
+    assert info["test_results"].get("test_setup.py::test_check_script_is_there") == "passed"  # the trojan's run
+    assert info["judge"]["missing_files"] == ["test_outputs.py"] and info["judge"]["runs"] == 1
+    assert not info["won"] and info["outcome"] == "unresolved"
 
 
 def test_the_trojan_really_runs_in_the_test_phase(env):
