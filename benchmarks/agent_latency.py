@@ -63,7 +63,7 @@ def main(args: Args) -> None:
 
     torch.set_num_threads(args.threads)
     from r2v_agents.backbones import load_backbone
-    from r2v_eval.agents import HFChatAgent
+    from r2v_eval.model_agents import HFChatAgent
 
     model, tok = load_backbone("smollm2")
     ctxs = contexts(args.alfworld_games)

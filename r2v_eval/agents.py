@@ -15,19 +15,8 @@ Specs (:func:`build_agent`):
 * ``random`` / ``expert``: the reference floor and ceiling (:mod:`r2v_agents.reference`): a uniform admissible
   action seeded per (``--agent-seed``, episode, step), and the env's expert action.
 
-Replies of the model agents (``openai``, ``hf:``) become actions through :class:`ReplyReader`: the grounding
-chain of :mod:`r2v_agents.grounding` by default (each step records how: the ``grounding`` and ``reply`` step
-columns), a ``--parser`` when one is given, or the reply's first line as it is with ``--grounding off``.
-``--choose likelihood`` (``hf:`` only) plays the admissible action the model finds most likely
-(:mod:`r2v_agents.likelihood`) and records every action's score as the step's candidates; steps without a list of
-concrete actions (HumanEval+, TerminalBench) generate and ground instead. Prompts are bounded
-(:data:`AGENT_PROMPT`: the last 3 turns, capped observations, TextWorld's banner dropped) and a reply gets at
-most :data:`LINE_TOKENS` new tokens (:data:`BLOCK_TOKENS` for code) unless ``--max-tokens`` says otherwise.
-
-Infrastructure failures are not agent failures: the model agents retry rate limits, 5xx, timeouts, connection
-errors and malformed responses with exponential backoff, count every retry in their step's ``meta``, and when
-the retries are spent answer an :data:`r2v_agents.runner.INFRA_SOURCE` decision, which ends the episode
-unscored (``error = "infra:<kind>: ..."``) rather than playing a made-up action that would count as a loss.
+The model agents themselves (``openai``, ``hf:``: prompts, grounding of replies, likelihood choice,
+infrastructure retries) are in :mod:`r2v_eval.model_agents`.
 
 Example:
     >>> parse = make_parser("regex:Action: *(.+)")
@@ -37,44 +26,24 @@ Example:
     >>> name, type(policy).__name__
     ('r2v_eval.agents:first_admissible', 'CallablePolicy')
 """
-
 from __future__ import annotations
 
-import json
 import os
 import re
-import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from r2v_agents.backbones import SMOLLM2, inference_placement, load_backbone
-from r2v_agents.context import Context
-from r2v_agents.episodes import INFRA_SOURCE
-from r2v_agents.grounding import CODE_BENCHMARKS, LIKELIHOOD, ground, reply_complete
-from r2v_agents.likelihood import best_action, score_actions
-from r2v_agents.policy import BatchPolicy, Candidate, Decision, as_policy
-from r2v_agents.prompts import PromptConfig, build_prompt, parse_completion, system_prompt
+from r2v_agents.policy import BatchPolicy, as_policy
+from r2v_agents.prompts import parse_completion
 from r2v_agents.reference import ExpertAgent, RandomAgent
-from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig
+from r2v_agents.teachers import OpenAITeacherConfig
 from r2v_agents.workers import load_callable
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_eval.model_agents import CHOICES, LINE_TOKENS, HFChatAgent, OpenAIChatAgent, ReplyReader
 
-INFRA_KINDS = ("rate_limit", "server_error", "timeout", "connection", "malformed_response", "api_error", "budget")
 PARSERS = ("first-line", "last-line", "regex:PATTERN", "module:callable")
 GROUNDING_MODES = ("on", "off")
-CHOICES = ("generate", "likelihood")
-AGENT_PROMPT = PromptConfig(history_turns=3, history_obs_chars=160, max_obs_chars=1000, max_admissible=40,
-                            max_chars=3500, drop_banner=True)
-"""The prompt of the model agents: bounded so that a step's cost does not grow with the episode."""
-LINE_TOKENS = 24
-"""New tokens of a one-line action (the longest ALFWorld/TextWorld commands are about 12 tokens; a model that
-wraps the command in a short sentence still fits, and the grounding chain finds it there)."""
-BLOCK_TOKENS = 384
-"""New tokens of a code action (HumanEval+'s write_code with a function)."""
-REPLY_CHARS = 4000
-"""Characters of a reply kept in the step's ``reply`` column."""
 
 
 @dataclass
@@ -136,45 +105,6 @@ class AgentOptions:
         return self.system_prompt
 
 
-class ReplyReader:
-    """How a model's reply becomes the step's action, and what the step records about it (``grounding``: the
-    link of the chain that produced the action, None when the reply was not grounded; ``reply``: the text).
-
-    Example:
-        >>> from r2v_agents.context import Context
-        >>> ctx = Context.start("g", "o", {"admissible_actions": ["go south", "look"]})
-        >>> ReplyReader()("You should try going south.", ctx)
-        ('go south', {'grounding': 'normalised', 'reply': 'You should try going south.'})
-        >>> ReplyReader(grounding=False)("You should try going south.", ctx)[0]
-        'You should try going south.'
-    """
-
-    def __init__(self, grounding: bool = True, parser: Callable[[str], str] | None = None):
-        self.grounding, self.parser = grounding, parser
-
-    def __call__(self, reply: str, ctx: Context) -> tuple[str, dict[str, Any]]:
-        meta: dict[str, Any] = {"grounding": None, "reply": reply[:REPLY_CHARS]}
-        if self.parser is not None:
-            return self.parser(reply), meta
-        if not self.grounding:
-            return parse_completion(reply), meta
-        g = ground(reply, ctx.admissible_actions, ctx.benchmark)
-        meta["grounding"] = g.kind
-        return g.action, meta
-
-
-def max_tokens_for(ctx: Context, override: int | None) -> int:
-    """New tokens a reply at ``ctx`` may take (:data:`LINE_TOKENS`, :data:`BLOCK_TOKENS` for code)."""
-    if override is not None:
-        return override
-    return BLOCK_TOKENS if ctx.benchmark in CODE_BENCHMARKS else LINE_TOKENS
-
-
-def system_for(ctx: Context, override: str = "") -> str:
-    """The system prompt at ``ctx``: the override, else r2v's for the benchmark's action style."""
-    return override or system_prompt("block" if ctx.benchmark in CODE_BENCHMARKS else "line")
-
-
 def make_parser(spec: str) -> Callable[[str], str]:
     """The action parser named by ``spec`` (see :data:`PARSERS`)."""
     if spec == "first-line":
@@ -191,202 +121,6 @@ def make_parser(spec: str) -> Callable[[str], str]:
     if ":" in spec:
         return load_callable(spec)
     raise UnknownChoiceError("action parser", spec, PARSERS)
-
-
-def chat_messages(ctx: Context, system: str = "") -> list[dict[str, str]]:
-    """The chat the model sees at this step: the system prompt, then the shared prompt builder's text
-    (bounded by :data:`AGENT_PROMPT`)."""
-    return [{"role": "system", "content": system_for(ctx, system)},
-            {"role": "user", "content": build_prompt(ctx, AGENT_PROMPT)}]
-
-
-def infra_decision(kind: str, message: str, attempts: int, retries: Mapping[str, int]) -> Decision:
-    """The decision of an agent that could not act for infrastructure reasons (ends the episode unscored)."""
-    return Decision(action="", source=INFRA_SOURCE,
-                    meta={"infra_kind": kind, "infra_error": f"{attempts} attempts; {message[:300]}",
-                          "attempts": attempts, "retries": dict(retries)})
-
-
-def classify_api_error(error: BaseException) -> tuple[str, bool]:
-    """``(kind, retryable)`` of an exception raised by an OpenAI-compatible request."""
-    import openai
-
-    if isinstance(error, openai.RateLimitError):
-        return "rate_limit", True
-    if isinstance(error, openai.APITimeoutError):  # subclass of APIConnectionError: test it first
-        return "timeout", True
-    if isinstance(error, openai.APIConnectionError):
-        return "connection", True
-    if isinstance(error, openai.InternalServerError):
-        return "server_error", True
-    if isinstance(error, (json.JSONDecodeError, openai.APIResponseValidationError, AttributeError, IndexError,
-                          TypeError, KeyError)):
-        return "malformed_response", True  # a body that is not a chat completion: the next try may be whole
-    return "api_error", False  # 4xx other than 429 (auth, bad request): retrying cannot help
-
-
-class OpenAIChatAgent(OpenAITeacher):
-    """Any OpenAI-compatible chat endpoint as the agent under evaluation (client, budget and backoff from
-    :class:`~r2v_agents.teachers.OpenAITeacher`), with typed infrastructure failures instead of fallbacks."""
-
-    name = "openai"
-
-    def __init__(self, config: OpenAITeacherConfig, system_prompt: str = "", reader: ReplyReader | None = None,
-                 client: Any = None, max_tokens: int | None = None):
-        super().__init__(config, client)
-        self.system_prompt, self.reader = system_prompt, reader or ReplyReader()
-        self.max_tokens = max_tokens
-
-    def query(self, ctx: Context) -> Decision:
-        cfg = self.config
-        messages = chat_messages(ctx, self.system_prompt)
-        retries: Counter = Counter()
-        kind, message = "budget", "request budget spent"
-        start = time.perf_counter()
-        for attempt in range(cfg.max_retries + 1):
-            if not self._reserve():
-                self._error("budget")
-                return infra_decision("budget", "request budget spent", attempt, retries)
-            try:
-                resp = self.client.chat.completions.create(model=cfg.model, messages=messages,
-                                                           max_tokens=max_tokens_for(ctx, self.max_tokens),
-                                                           temperature=cfg.temperature)
-                content = resp.choices[0].message.content
-                if content is not None and not isinstance(content, str):
-                    raise TypeError(f"message content is {type(content).__name__}")
-            except Exception as e:  # noqa: BLE001 - every failure is classified and counted
-                kind, retryable = classify_api_error(e)
-                message = f"{type(e).__name__}: {e}"
-                self._error(kind)
-                if not retryable or attempt == cfg.max_retries:
-                    return infra_decision(kind, message, attempt + 1, retries)
-                retries[kind] += 1
-                time.sleep(self._delay(attempt, e))
-                continue
-            usage = getattr(resp, "usage", None)
-            p_tok = int(getattr(usage, "prompt_tokens", 0) or 0)
-            c_tok = int(getattr(usage, "completion_tokens", 0) or 0)
-            cost = self._account(p_tok, c_tok)
-            # An empty or ungroundable reply is the agent's own answer: it is played (the env answers with
-            # feedback) and counted invalid, not retried.
-            action, meta = self.reader(content or "", ctx)
-            return Decision(action=action, source="agent", cost=cost,
-                            meta={"prompt_tokens": p_tok, "completion_tokens": c_tok, "attempts": attempt + 1,
-                                  "retries": dict(retries), "latency_s": round(time.perf_counter() - start, 4),
-                                  **meta})
-        return infra_decision(kind, message, cfg.max_retries + 1, retries)  # pragma: no cover - loop returns
-
-    def act_batch(self, contexts, infos):
-        return self.query_batch(contexts, infos)
-
-
-class HFChatAgent(BatchPolicy):
-    """A local transformers causal LM as the agent: the chat template when the tokenizer has one, greedy (or
-    sampled at ``temperature``) decoding batched over the live episodes, or (``choose="likelihood"``) the
-    admissible action it scores highest, one forward pass per decision."""
-
-    name = "hf"
-
-    def __init__(self, model: Any, tokenizer: Any, system_prompt: str = "", reader: ReplyReader | None = None,
-                 max_new_tokens: int | None = None, temperature: float = 0.0, batch_size: int = 8,
-                 choose: str = "generate"):
-        if choose not in CHOICES:
-            raise UnknownChoiceError("action choice", choose, CHOICES)
-        self.model, self.tokenizer = model.eval(), tokenizer
-        self.system_prompt, self.reader = system_prompt, reader or ReplyReader()
-        self.max_new_tokens, self.temperature, self.batch_size = max_new_tokens, temperature, batch_size
-        self.choose = choose
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-
-    @classmethod
-    def from_pretrained(cls, path: str, device: str | None = None, **kw: Any) -> HFChatAgent:
-        """A local checkpoint directory, or a named backbone (``smollm2``) through :mod:`r2v_agents.backbones`,
-        on ``device`` (None: CUDA in bf16 when available, else the CPU in the checkpoint's dtype)."""
-        if not os.path.isdir(path) and path != SMOLLM2:
-            raise BackendUnavailableError(f"hf:{path}", f"give a local checkpoint directory or {SMOLLM2!r} "
-                                          "(nothing is downloaded)")
-        device, dtype = inference_placement(device)
-        model, tokenizer = load_backbone(path, dtype=dtype)
-        if device != "cpu":
-            model.to(device)
-        return cls(model, tokenizer, **kw)
-
-    def render(self, ctx: Context) -> str:
-        messages = chat_messages(ctx, self.system_prompt)
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return f"{messages[0]['content']}\n\n{messages[1]['content']}"
-
-    def by_likelihood(self, ctx: Context) -> bool:
-        """Whether this step is chosen by likelihood: asked for, and the step lists concrete actions."""
-        return self.choose == "likelihood" and bool(ctx.admissible_actions) and ctx.benchmark not in CODE_BENCHMARKS
-
-    def act_batch(self, contexts, infos):
-        out: dict[int, Decision] = {}
-        gen = [i for i, c in enumerate(contexts) if not self.by_likelihood(c)]
-        for i, c in enumerate(contexts):
-            if self.by_likelihood(c):
-                out[i] = self._choose(c)
-        for k in range(0, len(gen), self.batch_size):
-            part = gen[k:k + self.batch_size]
-            out.update(zip(part, self._generate([contexts[i] for i in part])))
-        return [out[i] for i in range(len(contexts))]
-
-    def _choose(self, ctx: Context) -> Decision:
-        start = time.perf_counter()
-        prompt = self.render(ctx)
-        actions = list(ctx.admissible_actions or ())
-        scores = score_actions(self.model, self.tokenizer, prompt, actions)
-        p_tok = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        return Decision(action=best_action(actions, scores), source="agent",
-                        candidates=[Candidate(a, logprob=s) for a, s in zip(actions, scores)],
-                        meta={"grounding": LIKELIHOOD, "reply": None, "prompt_tokens": p_tok,
-                              "completion_tokens": 0, "latency_s": round(time.perf_counter() - start, 4)})
-
-    def _generate(self, contexts: list[Context]) -> list[Decision]:
-        import torch
-
-        start = time.perf_counter()
-        prompts = [self.render(c) for c in contexts]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.model.device) for k, v in enc.items()}
-        sample = self.temperature > 0
-        new_tokens = max(max_tokens_for(c, self.max_new_tokens) for c in contexts)
-        lines = all(c.benchmark not in CODE_BENCHMARKS for c in contexts)
-        stop = [LineStop(self.tokenizer, enc["input_ids"].shape[1])] if lines else None
-        with torch.no_grad():
-            gen = self.model.generate(**enc, max_new_tokens=new_tokens, do_sample=sample,
-                                      temperature=self.temperature if sample else None, top_p=None, top_k=None,
-                                      pad_token_id=self.tokenizer.pad_token_id, stopping_criteria=stop)
-        new = gen[:, enc["input_ids"].shape[1]:]
-        latency = (time.perf_counter() - start) / len(prompts)
-        eos = self.tokenizer.eos_token_id
-        out = []
-        for ctx, row, mask in zip(contexts, new.tolist(), enc["attention_mask"].tolist()):
-            ids = row[:row.index(eos)] if eos in row else row
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            action, meta = self.reader(text, ctx)
-            out.append(Decision(action=action, source="agent",
-                                meta={"prompt_tokens": int(sum(mask)), "completion_tokens": len(ids),
-                                      "latency_s": round(latency, 4), **meta}))
-        return out
-
-
-class LineStop:
-    """A ``generate`` stopping criterion for one-line actions: a row stops once its reply holds a complete line
-    (:func:`r2v_agents.grounding.reply_complete`), so a model that rambles on pays for one line, not for
-    ``max_tokens``."""
-
-    def __init__(self, tokenizer: Any, prompt_len: int):
-        self.tokenizer, self.prompt_len = tokenizer, prompt_len
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
-        return torch.tensor([reply_complete(t) for t in texts], dtype=torch.bool, device=input_ids.device)
 
 
 def first_admissible(obs: str, info: Mapping[str, Any]) -> str:

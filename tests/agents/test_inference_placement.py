@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from r2v_agents.backbones import inference_placement
-from r2v_eval import agents
+from r2v_eval import agents, model_agents
 
 
 class _Model:
@@ -52,9 +52,9 @@ def test_hf_agent_loads_where_the_choice_says(monkeypatch, tmp_path, present):
         loaded.append((path, dtype))
         return _Model(), _Tokenizer()
 
-    monkeypatch.setattr(agents, "load_backbone", fake_load)
+    monkeypatch.setattr(model_agents, "load_backbone", fake_load)
     agent, name = agents.build_agent(f"hf:{tmp_path}")
-    assert name == f"hf:{tmp_path.name}" and isinstance(agent, agents.HFChatAgent)
+    assert name == f"hf:{tmp_path.name}" and isinstance(agent, model_agents.HFChatAgent)
     if present:
         assert loaded == [(str(tmp_path), torch.bfloat16)] and agent.model.moved_to == ["cuda"]
     else:  # the CPU path as before: the checkpoint's dtype, the model left where it loaded

@@ -15,7 +15,7 @@ from r2v_agents.context import Context  # noqa: E402
 from r2v_agents.likelihood import end_token_id, score_actions  # noqa: E402
 from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_agents.tiny import EOS, build_tiny_model, train_tokenizer  # noqa: E402
-from r2v_eval.agents import HFChatAgent, chat_messages  # noqa: E402
+from r2v_eval.model_agents import HFChatAgent, chat_messages  # noqa: E402
 
 TASKS = ("scripted-0", "scripted-1", "scripted-2")
 PREFERRED = "look"  # last of the sorted admissible actions: a pick by position would not find it
