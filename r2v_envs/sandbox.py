@@ -1,6 +1,6 @@
 """Isolation for untrusted code and shells: one :class:`Sandbox` with the strongest isolation the host offers.
 
-Levels, strongest first (detected at run time, see :func:`available_isolations`):
+Levels, strongest first (detected at run time by :func:`r2v_envs.isolation.available_isolations`):
 
 * ``"bwrap"`` — bubblewrap: new PID, IPC, UTS and (unless ``limits.network``) network namespaces; a fresh
   root with the system directories and the Python prefix bind-mounted read-only, a private ``/tmp``, ``/proc``
@@ -43,16 +43,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.isolation import (
+    ISOLATIONS,
+    available_isolations,
+    bwrap_mount_args,
+    bwrap_namespace_args,
+    default_readonly_paths,
+    unshare_args,
+)
 
-ISOLATIONS: tuple[str, ...] = ("bwrap", "unshare", "rlimit")  # strongest first
-# System directories made visible (read-only) inside bwrap; symlinks (/bin -> usr/bin) are recreated as such.
-SYSTEM_PATHS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # Unprivileged uids a root caller drops to: one per run, so concurrent sandboxes do not share an NPROC count.
 _UID_RANGE = (200_000, 900_000)
 _DRAIN_GRACE_S = 0.5  # after the main process exits, how long to wait for EOF on its pipes
@@ -103,84 +107,6 @@ class SandboxResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
-
-
-# ------------------------------------------------------------------------------------------- detection
-def _probe(cmd: list[str]) -> bool:
-    try:
-        with tempfile.TemporaryDirectory(prefix="r2v-probe-") as d:
-            return subprocess.run(cmd + ["true"], cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def available_isolations() -> list[str]:
-    """The isolation levels this host supports, strongest first (probed once per process, then cached)."""
-    levels = []
-    bwrap = shutil.which("bwrap")
-    if bwrap and _probe([bwrap, *_bwrap_namespace_args(network=False),
-                                *_bwrap_mount_args("/tmp", default_readonly_paths()), "--"]):
-        levels.append("bwrap")
-    unshare = shutil.which("unshare")
-    if unshare and _probe([unshare, *_unshare_args(network=False), "--"]):
-        levels.append("unshare")
-    levels.append("rlimit")
-    return levels
-
-
-# ----------------------------------------------------------------------------------- command building
-def _bwrap_namespace_args(network: bool) -> list[str]:
-    args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try"]
-    return args if network else [*args, "--unshare-net"]
-
-
-def _bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
-    args: list[str] = []
-    for path in SYSTEM_PATHS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    # /dev/shm backs multiprocessing locks and shared values (EvalPlus uses them).
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777",
-             "--tmpfs", "/tmp"]
-    binds = [p for p in readonly if os.path.exists(p) and not _under(p, SYSTEM_PATHS)]
-    # bwrap creates missing parents of a mount point 0700 (e.g. /root for a pyenv Python): an unprivileged uid
-    # could not reach the mount, so make every parent explicitly, world-traversable.
-    made: set[str] = {"/", "/tmp"}
-    for path in [*binds, workdir]:
-        parents = []
-        parent = os.path.dirname(path)
-        while parent not in made and not _under(parent, SYSTEM_PATHS) and parent != "/":
-            parents.append(parent)
-            parent = os.path.dirname(parent)
-        for d in reversed(parents):
-            args += ["--perms", "0755", "--dir", d]
-            made.add(d)
-    for path in binds:
-        args += ["--ro-bind", path, path]
-    if workdir != "/":
-        args += ["--bind", workdir, workdir]
-    return [*args, "--chdir", workdir]
-
-
-def _under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
-def _unshare_args(network: bool) -> list[str]:
-    rootless = ["--map-root-user"] if os.geteuid() != 0 else []
-    net = [] if network else ["--net"]
-    return [*rootless, "--pid", "--fork", "--kill-child", "--mount-proc", *net]
-
-
-def default_readonly_paths() -> list[str]:
-    """The Python installation (interpreter, stdlib, site-packages), which may live outside /usr."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    return sorted(os.path.realpath(p) for p in paths)
 
 
 def minimal_env(workdir: str) -> dict[str, str]:
@@ -284,15 +210,15 @@ class Sandbox:
 
     def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
         if self.isolation == "bwrap":
-            prefix = [shutil.which("bwrap") or "bwrap", *_bwrap_namespace_args(limits.network),
-                      *_bwrap_mount_args(workdir, self.readonly_paths), "--"]
+            prefix = [shutil.which("bwrap") or "bwrap", *bwrap_namespace_args(limits.network),
+                      *bwrap_mount_args(workdir, self.readonly_paths), "--"]
             if self.drops_privileges:
                 uid = _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
                 _chown_tree(workdir, uid)
                 prefix += self._drop_to(uid)
             return prefix + argv
         if self.isolation == "unshare":
-            return [shutil.which("unshare") or "unshare", *_unshare_args(limits.network), "--", *argv]
+            return [shutil.which("unshare") or "unshare", *unshare_args(limits.network), "--", *argv]
         return argv
 
     def _drop_to(self, uid: int) -> list[str]:
