@@ -14,34 +14,29 @@ trainer is built, so the figure covers the frozen reference, the optimiser state
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import tyro
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-@dataclass
-class Args:
-    batch: int = 2
-    """preference pairs per step (the humaneval preset trains with 1; the issue's comparison is at 2)"""
-    prompt_tokens: int = 0
-    """prompt length in tokens (0: the longest HumanEval+ prompt of benchmarks/data/prompt_lengths.json)"""
-    steps: int = 2
-    """optimiser steps"""
-    threads: int = 2
-    """torch CPU threads"""
-    baseline: str = ""
-    """another checkout's root (e.g. an older commit's ``git archive``) to measure in the same run"""
-    rounds: int = 1
-    """alternating rounds of the variants"""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=2, help="preference pairs per step (the humaneval preset: 1)")
+    p.add_argument("--prompt-tokens", type=int, default=0, help="prompt length in tokens (0: the longest "
+                   "HumanEval+ prompt of benchmarks/data/prompt_lengths.json)")
+    p.add_argument("--steps", type=int, default=2, help="optimiser steps")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--baseline", default="", help="another checkout's root (e.g. an older commit's "
+                   "`git archive`) to measure in the same run")
+    p.add_argument("--rounds", type=int, default=1, help="alternating rounds of the variants")
+    return p.parse_args(argv)
 
 
 def _trainer(model, tok, data, dpo: dict, batch: int, out: str):
@@ -78,7 +73,6 @@ def measure(code: str, batch: int, prompt_tokens: int, steps: int, threads: int)
 
     import datasets
     import torch
-
     from gpu_scale import SHAPES, Peak, build_model, dpo_rows, preset, prompt_lengths, word_tokenizer
 
     torch.set_num_threads(threads)
@@ -103,7 +97,7 @@ def measure(code: str, batch: int, prompt_tokens: int, steps: int, threads: int)
             "threads": threads}
 
 
-def main(args: Args) -> list[dict]:
+def main(args: argparse.Namespace) -> list[dict]:
     variants = [("this checkout", str(ROOT))] + ([("baseline", os.path.abspath(args.baseline))]
                                                  if args.baseline else [])
     results = []
@@ -112,7 +106,7 @@ def main(args: Args) -> list[dict]:
             cmd = [sys.executable, __file__, "--_one", code, str(args.batch), str(args.prompt_tokens),
                    str(args.steps), str(args.threads)]
             env = {**os.environ, "PYTHONPATH": code}
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             if proc.returncode:
                 raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
             row = json.loads(proc.stdout.strip().splitlines()[-1]) | {"variant": name, "round": r}
@@ -129,4 +123,4 @@ if __name__ == "__main__":
         code, batch, prompt, steps, threads = sys.argv[2], *map(int, sys.argv[3:7])
         print(json.dumps(measure(code, batch, prompt, steps, threads)))
     else:
-        main(tyro.cli(Args))
+        main(parse_args())
