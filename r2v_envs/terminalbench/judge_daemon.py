@@ -27,6 +27,7 @@ Standard library only: it runs on the judge's interpreter inside the sandbox.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -160,13 +161,13 @@ class Daemon:
             os.chdir("/")
         # The runtime first, then the interpreter's own paths; `python -m pytest` also puts the working
         # directory on sys.path (tests import the solution by name), last, so it cannot stand in for pytest.
-        sys.path[:] = [self.site, *(p for p in sys.path if os.path.isabs(p) and p != self.site)]
+        self._use_runtime_path()
         if req.get("append_cwd"):
             sys.path.append(os.getcwd())
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.argv = ["pytest", *args]
-        import pytest  # the runtime's copy, imported only in the child
+        import pytest  # the runtime's copy, already imported by _preload before the fork
 
         return int(pytest.main(args))
 
@@ -209,6 +210,11 @@ class Daemon:
             pass
         run["conn"].close()
 
+    def _use_runtime_path(self) -> None:
+        """The runtime's folder first, then the interpreter's own (absolute) paths: nothing relative, nothing
+        the tests could write, can stand in for pytest, its plugins or the standard library."""
+        sys.path[:] = [self.site, *(p for p in sys.path if os.path.isabs(p) and p != self.site)]
+
     def _preload(self) -> None:
         """Import the judge's pytest and its built-in plugins while the script starts.
 
@@ -217,10 +223,8 @@ class Daemon:
         test phase). The imports come from the runtime's folder and the interpreter's own paths only (``-I``: no
         environment variable, no working directory), before any request: nothing the tests write can stand in
         for them. The judge's own plugin is imported by each run: it reads the run's environment at import."""
-        sys.path[:] = [self.site, *(p for p in sys.path if os.path.isabs(p) and p != self.site)]
+        self._use_runtime_path()
         try:
-            import importlib
-
             from _pytest.config import default_plugins
 
             for name in default_plugins:

@@ -227,7 +227,8 @@ def named_test_files(script: str, tests_dir: str | os.PathLike) -> list[str]:
     return sorted(named)
 
 
-def read_verdict(path: str | os.PathLike, expected_files: Sequence[str] = ()) -> tuple[dict[str, str], dict[str, Any]]:
+def read_verdict(path: str | os.PathLike,
+                 expected_files: Sequence[str] = ()) -> tuple[dict[str, str], dict[str, Any]]:
     """``(test -> status, about the runs)`` from the judge daemon's verdict file.
 
     Every pytest run the daemon started counts: a run that did not finish (killed, crashed, left running
@@ -287,11 +288,13 @@ def read_verdict(path: str | os.PathLike, expected_files: Sequence[str] = ()) ->
             _merge(results, f"<pytest run {n}>::<did not finish>", "error")
         if run["partial"]:
             _merge(results, f"<pytest run {n}>::<partial selection: {'; '.join(run['partial'])}>", "error")
-    ran = {nodeid.split("::")[0] for r in runs.values() if r["finished"] and not r["partial"] for nodeid in r["tests"]}
+    whole = [r for r in runs.values() if r["finished"] and not r["partial"]]
+    ran = {nodeid.split("::")[0] for r in whole for nodeid in r["tests"]}
     missing = [f for f in expected_files if f not in ran]
     for f in missing:
         _merge(results, f"{f}::<named by the test script, never run>", "error")
-    info = {"runs": len(runs), "missing_files": missing, "refused_files": sorted({f for r in runs.values() for f in r["refused"]}),
+    info = {"runs": len(runs), "missing_files": missing,
+            "refused_files": sorted({f for r in runs.values() for f in r["refused"]}),
             "partial_runs": [n for n, r in runs.items() if r["partial"]],
             "unfinished_runs": [n for n, r in runs.items() if not r["finished"] or r["exit"] is None]}
     return results, info

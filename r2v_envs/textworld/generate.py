@@ -56,12 +56,17 @@ def _missing_textworld(stderr: str) -> bool:
     return "No module named 'textworld'" in stderr
 
 
+def is_complete(path: Path) -> bool:
+    """Whether the compiled game at ``path`` is complete: its ``.json`` moves in last (:func:`ensure_game`)."""
+    return path.is_file() and path.with_suffix(".json").is_file()
+
+
 def ensure_game(spec: GameSpec, root: Path | None = None, timeout: float = 300.0,
                 server: GameServer | None = None) -> Path:
     """Return the compiled game of ``spec``, generating it first if it is not cached: in ``server`` when given,
     else in a fresh generator process of its own."""
     path = game_path(spec, root)
-    if path.is_file() and path.with_suffix(".json").is_file():
+    if is_complete(path):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     # One generation per game across processes (parallel test workers, two runs sharing a cache): the second
@@ -72,7 +77,7 @@ def ensure_game(spec: GameSpec, root: Path | None = None, timeout: float = 300.0
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if not (path.is_file() and path.with_suffix(".json").is_file()):
+            if not is_complete(path):
                 _generate_into(spec, path, timeout, server)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -97,7 +102,7 @@ def _generate_into(spec: GameSpec, path: Path, timeout: float, server: GameServe
                 if _missing_textworld(proc.stderr):
                     raise BackendUnavailableError("textworld", "pip install 'r2v[textworld]'")
                 raise GameGenerationError(f"could not generate {spec.task_id}: {proc.stderr.strip()[-2000:]}")
-        # the .json is what marks a game complete (see the check above), so it moves last
+        # the .json is what marks a game complete (is_complete), so it moves last
         os.replace(tmp_game, path)
         os.replace(tmp_game.with_suffix(".json"), path.with_suffix(".json"))
 
@@ -306,7 +311,7 @@ def pregenerate(suite: str = "default", workers: int = 2, task_ids: list[str] | 
 
 def missing_games(specs: Iterable[GameSpec], root: Path | None = None) -> list[GameSpec]:
     """The specs whose game is not complete in the cache (the test :func:`ensure_game` uses)."""
-    return [s for s in specs if not (game_path(s, root).is_file() and game_path(s, root).with_suffix(".json").is_file())]
+    return [s for s in specs if not is_complete(game_path(s, root))]
 
 
 def serve_queue(take: Callable[[], tuple[GameSpec, Path | None] | None],
