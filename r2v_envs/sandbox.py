@@ -151,6 +151,7 @@ class Sandbox:
         # Root is exempt from RLIMIT_NPROC; bwrap can drop to an unprivileged uid after mounting (module doc).
         self.drops_privileges = isolation == "bwrap" and os.geteuid() == 0
         self._setpriv = shutil.which("setpriv")
+        self._prlimit = shutil.which("prlimit")
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, limits={self.limits})"
@@ -198,10 +199,18 @@ class Sandbox:
         workdir = _check_args(argv, workdir)
         marker = secrets.token_hex(8)
         full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
+        rlimits = rlimit_values(limits, self._nproc(limits))
         cmd = self._command(list(argv), workdir, limits)
+        # The limits are set by util-linux prlimit, exec'd first inside the sandbox, rather than by a preexec_fn:
+        # a preexec_fn makes Python fork the caller (page tables and all) instead of vfork-ing it, which cost
+        # 2 ms per command from a bare interpreter and 80 ms from a caller holding 2 GB (a trainer with a model).
+        preexec = None
+        if self._prlimit:
+            cmd = _insert_prlimit(cmd, self._prlimit, rlimits, self.isolation)
+        else:
+            preexec = functools.partial(_apply_rlimits, rlimits)
         popen = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True,
-                                 preexec_fn=functools.partial(_apply_rlimits, limits, self._nproc(limits)))
+                                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
         return SandboxProcess(popen, self.isolation, marker)
 
     def _nproc(self, limits: SandboxLimits) -> int:
@@ -293,18 +302,48 @@ def _kill_marked(needle: bytes) -> None:
             pass
 
 
-def _apply_rlimits(limits: SandboxLimits, nproc: int) -> None:
-    """Runs in the child between fork and exec (so only the sandboxed tree is limited)."""
+def rlimit_values(limits: SandboxLimits, nproc: int) -> list[tuple[int, int, int]]:
+    """The ``(resource, soft, hard)`` triples a sandboxed tree runs under: :class:`SandboxLimits`, never above the
+    caller's own hard limits (an unprivileged caller, or root inside a user namespace, cannot raise those).
+
+    Example:
+        >>> import resource
+        >>> dict((r, (s, h)) for r, s, h in rlimit_values(SandboxLimits(cpu_time_s=2.5), 64))[resource.RLIMIT_CPU]
+        (3, 4)
+    """
     cpu = max(1, int(limits.cpu_time_s + 0.999))
+    values = []
     for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, limits.memory_bytes),
                        (resource.RLIMIT_FSIZE, limits.file_size_bytes), (resource.RLIMIT_CORE, 0),
                        (resource.RLIMIT_NOFILE, limits.max_open_files), (resource.RLIMIT_NPROC, nproc)):
         soft, hard = value if isinstance(value, tuple) else (value, value)
-        try:
-            resource.setrlimit(res, (soft, hard))
-        except (ValueError, OSError):  # cannot raise a hard limit above the caller's: keep the caller's
-            cur_hard = resource.getrlimit(res)[1]
-            resource.setrlimit(res, (min(soft, cur_hard) if cur_hard >= 0 else soft, cur_hard))
+        cur_hard = resource.getrlimit(res)[1]
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+        values.append((res, min(soft, hard), hard))
+    return values
+
+
+# prlimit's option for each limit (util-linux prlimit(1)).
+_PRLIMIT_OPTIONS = {resource.RLIMIT_CPU: "--cpu", resource.RLIMIT_AS: "--as", resource.RLIMIT_FSIZE: "--fsize",
+                    resource.RLIMIT_CORE: "--core", resource.RLIMIT_NOFILE: "--nofile",
+                    resource.RLIMIT_NPROC: "--nproc"}
+
+
+def _insert_prlimit(cmd: list[str], prlimit: str, values: list[tuple[int, int, int]], isolation: str) -> list[str]:
+    """``cmd`` with prlimit exec'd in front of what runs sandboxed: after bubblewrap's or unshare's own options
+    (so the wrapper's set-up is not limited, and under bwrap the limits are set before the uid drop, which then
+    cannot raise them), or in front of the command itself at the ``rlimit`` level. prlimit exits 127 for a
+    program that does not exist, like a shell."""
+    args = [prlimit, *(f"{_PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, soft, hard in values), "--"]
+    at = cmd.index("--") + 1 if isolation in ("bwrap", "unshare") else 0
+    return [*cmd[:at], *args, *cmd[at:]]
+
+
+def _apply_rlimits(values: list[tuple[int, int, int]]) -> None:
+    """Runs in the child between fork and exec when prlimit is missing (so only the sandboxed tree is limited)."""
+    for res, soft, hard in values:
+        resource.setrlimit(res, (soft, hard))
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

@@ -221,3 +221,46 @@ def test_spawned_process_tree_is_killed(sandbox, tmp_path):
     proc.kill()
     assert not proc.alive()
     assert_no_strays(token)
+
+
+def test_limits_hold_inside_and_cannot_be_raised(sandbox, tmp_path):
+    limits = SandboxLimits(wall_time_s=3.0, cpu_time_s=2.5, memory_bytes=300 << 20, file_size_bytes=1 << 20,
+                           max_open_files=64, max_processes=32)
+    r, _ = run_py(sandbox, """
+        import resource
+        names = ["CPU", "AS", "FSIZE", "CORE", "NOFILE"]
+        print({n: resource.getrlimit(getattr(resource, "RLIMIT_" + n)) for n in names})
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); print("RAISED")
+        except (ValueError, OSError):
+            print("KEPT")
+    """, tmp_path, limits=limits)
+    assert r.ok, r.stderr
+    seen = eval(r.stdout.splitlines()[0])  # noqa: S307 - a dict literal printed by our own code
+    assert seen == {"CPU": (3, 4), "AS": (300 << 20,) * 2, "FSIZE": (1 << 20,) * 2, "CORE": (0, 0),
+                    "NOFILE": (64, 64)}
+    if sandbox.isolation == "bwrap":  # elsewhere a root caller's tree keeps CAP_SYS_RESOURCE, if the host gave it
+        assert r.stdout.splitlines()[1] == "KEPT"
+
+
+def test_the_host_process_is_not_forked(sandbox, tmp_path, monkeypatch):
+    # A preexec_fn makes Python fork() the caller, whose cost grows with its memory (80 ms per command from a
+    # 2 GB trainer, measured); with prlimit in the chain the caller is vfork()ed.
+    if sandbox._prlimit is None:
+        pytest.skip("util-linux prlimit is not installed: the limits are set by a preexec_fn")
+    import subprocess
+    seen = []
+    real = subprocess.Popen.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("preexec_fn"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
+    r = sandbox.run(["true"], workdir=tmp_path)
+    assert r.ok and seen == [None]
+
+
+def test_a_missing_program_exits_127(sandbox, tmp_path):
+    r = sandbox.run(["r2v-no-such-program"], workdir=tmp_path)
+    assert r.returncode == 127 and "r2v-no-such-program" in r.stderr
