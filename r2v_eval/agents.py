@@ -64,6 +64,8 @@ class AgentOptions:
     """generate: ground the model's reply; likelihood: play the admissible action the model scores highest (hf:)"""
     parser: str = ""
     """overrides grounding: first-line | last-line | regex:PATTERN (group 1) | module:callable"""
+    shots: int = 0
+    """expert demonstrations shown before each step (openai, hf:): train-split tasks of the same family"""
     agent_seed: int = 0
     """seed of --agent random"""
     max_tokens: int | None = None
@@ -94,6 +96,8 @@ class AgentOptions:
             raise UnknownChoiceError("grounding mode", self.grounding, GROUNDING_MODES)
         if self.choose not in CHOICES:
             raise UnknownChoiceError("action choice", self.choose, CHOICES)
+        if self.shots < 0:
+            raise ValueError(f"shots must be >= 0, got {self.shots}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
 

@@ -21,7 +21,9 @@ from typing import Annotated, Any
 import tyro
 
 from r2v_eval.agents import AgentOptions, agent_concurrency, build_agent
+from r2v_eval.demos import DemoBank
 from r2v_eval.grid import GridConfig, run_grid
+from r2v_eval.model_agents import AGENT_PROMPT
 from r2v_eval.robustness_report import REPORT_FILE, compare_text, show_episode, write_report
 
 
@@ -112,6 +114,10 @@ def evaluate(args: EvalArgs) -> dict[str, Any]:
     """Build the agent, run the grid, write the report; returns results.json's content."""
     grid = args.grid()
     policy, name = build_agent(args.agent, args.options)
+    if args.options.shots:
+        if not hasattr(policy, "demos"):
+            raise ValueError(f"--shots shows demonstrations to a model agent (openai, hf:), not to {args.agent!r}")
+        policy.demos = DemoBank(args.options.shots, {e: grid.kwargs_for(e) for e in grid.env_ids}, AGENT_PROMPT)
     record = {"spec": args.agent, "options": {k: v for k, v in asdict(args.options).items()
                                               if k not in ("system_prompt",)},
               "system_prompt": args.options.system_text()}

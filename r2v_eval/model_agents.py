@@ -6,7 +6,8 @@ chain of :mod:`r2v_agents.grounding` by default (each step records how: the ``gr
 columns), a ``--parser`` when one is given, or the reply's first line as it is with ``--grounding off``.
 ``--choose likelihood`` (``hf:`` only) plays the admissible action the model finds most likely
 (:mod:`r2v_agents.likelihood`) and records every action's score as the step's candidates; steps without a list of
-concrete actions (HumanEval+, TerminalBench) generate and ground instead. Prompts are bounded
+concrete actions (HumanEval+, TerminalBench) generate and ground instead. ``--shots K`` puts K expert episodes of
+train tasks before the step's prompt as earlier chat turns (:mod:`r2v_eval.demos`). Prompts are bounded
 (:data:`AGENT_PROMPT`: the last 3 turns, capped observations, TextWorld's banner dropped) and a reply gets at
 most :data:`LINE_TOKENS` new tokens (:data:`BLOCK_TOKENS` for code) unless ``--max-tokens`` says otherwise.
 
@@ -34,6 +35,7 @@ from r2v_agents.policy import BatchPolicy, Candidate, Decision
 from r2v_agents.prompts import PromptConfig, build_prompt, parse_completion, system_prompt
 from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_eval.demos import DemoBank
 
 INFRA_KINDS = ("rate_limit", "server_error", "timeout", "connection", "malformed_response", "api_error", "budget")
 CHOICES = ("generate", "likelihood")
@@ -88,11 +90,19 @@ def system_for(ctx: Context, override: str = "") -> str:
     return override or system_prompt("block" if ctx.benchmark in CODE_BENCHMARKS else "line")
 
 
-def chat_messages(ctx: Context, system: str = "") -> list[dict[str, str]]:
-    """The chat the model sees at this step: the system prompt, then the shared prompt builder's text
-    (bounded by :data:`AGENT_PROMPT`)."""
-    return [{"role": "system", "content": system_for(ctx, system)},
+def chat_messages(ctx: Context, system: str = "", demos: DemoBank | None = None) -> list[dict[str, str]]:
+    """The chat the model sees at this step: the system prompt, the demonstrations' turns if any (``--shots``),
+    then the shared prompt builder's text (bounded by :data:`AGENT_PROMPT`)."""
+    shown = demos.messages(ctx) if demos is not None and ctx.benchmark not in CODE_BENCHMARKS else []
+    return [{"role": "system", "content": system_for(ctx, system)}, *shown,
             {"role": "user", "content": build_prompt(ctx, AGENT_PROMPT)}]
+
+
+def demo_meta(ctx: Context, demos: DemoBank | None) -> dict[str, Any]:
+    """The step's record of the demonstrations shown (their train task ids), if any."""
+    if demos is None or ctx.benchmark in CODE_BENCHMARKS:
+        return {}
+    return {"demos": [d.task_id for d in demos.demos(ctx.benchmark, ctx.task_id)]}
 
 
 def infra_decision(kind: str, message: str, attempts: int, retries: Mapping[str, int]) -> Decision:
@@ -131,10 +141,11 @@ class OpenAIChatAgent(OpenAITeacher):
         super().__init__(config, client)
         self.system_prompt, self.reader = system_prompt, reader or ReplyReader()
         self.max_tokens = max_tokens
+        self.demos: DemoBank | None = None  # few-shot demonstrations (r2v eval --shots)
 
     def query(self, ctx: Context) -> Decision:
         cfg = self.config
-        messages = chat_messages(ctx, self.system_prompt)
+        messages = chat_messages(ctx, self.system_prompt, self.demos)
         retries: Counter = Counter()
         kind, message = "budget", "request budget spent"
         start = time.perf_counter()
@@ -168,7 +179,7 @@ class OpenAIChatAgent(OpenAITeacher):
             return Decision(action=action, source="agent", cost=cost,
                             meta={"prompt_tokens": p_tok, "completion_tokens": c_tok, "attempts": attempt + 1,
                                   "retries": dict(retries), "latency_s": round(time.perf_counter() - start, 4),
-                                  **meta})
+                                  **meta, **demo_meta(ctx, self.demos)})
         return infra_decision(kind, message, cfg.max_retries + 1, retries)  # pragma: no cover - loop returns
 
     def act_batch(self, contexts, infos):
@@ -191,6 +202,7 @@ class HFChatAgent(BatchPolicy):
         self.system_prompt, self.reader = system_prompt, reader or ReplyReader()
         self.max_new_tokens, self.temperature, self.batch_size = max_new_tokens, temperature, batch_size
         self.choose = choose
+        self.demos: DemoBank | None = None  # few-shot demonstrations (r2v eval --shots)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -209,10 +221,12 @@ class HFChatAgent(BatchPolicy):
         return cls(model, tokenizer, **kw)
 
     def render(self, ctx: Context) -> str:
-        messages = chat_messages(ctx, self.system_prompt)
+        messages = chat_messages(ctx, self.system_prompt, self.demos)
         if getattr(self.tokenizer, "chat_template", None):
             return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return f"{messages[0]['content']}\n\n{messages[1]['content']}"
+        # No template: the turns as plain text, each demonstration prompt followed by its action.
+        turns = [m["content"] + (" " if m["role"] == "user" else "\n\n") for m in messages[1:-1]]
+        return f"{messages[0]['content']}\n\n{''.join(turns)}{messages[-1]['content']}"
 
     def by_likelihood(self, ctx: Context) -> bool:
         """Whether this step is chosen by likelihood: asked for, and the step lists concrete actions."""
@@ -238,7 +252,8 @@ class HFChatAgent(BatchPolicy):
         return Decision(action=best_action(actions, scores), source="agent",
                         candidates=[Candidate(a, logprob=s) for a, s in zip(actions, scores)],
                         meta={"grounding": LIKELIHOOD, "reply": None, "prompt_tokens": p_tok,
-                              "completion_tokens": 0, "latency_s": round(time.perf_counter() - start, 4)})
+                              "completion_tokens": 0, "latency_s": round(time.perf_counter() - start, 4),
+                              **demo_meta(ctx, self.demos)})
 
     def _generate(self, contexts: list[Context]) -> list[Decision]:
         import torch
@@ -265,7 +280,7 @@ class HFChatAgent(BatchPolicy):
             action, meta = self.reader(text, ctx)
             out.append(Decision(action=action, source="agent",
                                 meta={"prompt_tokens": int(sum(mask)), "completion_tokens": len(ids),
-                                      "latency_s": round(latency, 4), **meta}))
+                                      "latency_s": round(latency, 4), **meta, **demo_meta(ctx, self.demos)}))
         return out
 
 

@@ -32,12 +32,16 @@ class ProseServer:
     """An OpenAI-compatible chat endpoint (stdlib, a thread) that answers :func:`prose_reply`."""
 
     def __init__(self):
+        self.requests: list[dict] = []
+        requests = self.requests
+
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                requests.append(body)
                 text = prose_reply(body["messages"][-1]["content"])
                 payload = json.dumps({"id": "p", "object": "chat.completion", "created": 0, "model": "prose",
                                       "choices": [{"index": 0, "finish_reason": "stop",
@@ -55,7 +59,8 @@ class ProseServer:
 
     def __enter__(self):
         self.thread.start()
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        return self
 
     def __exit__(self, *exc):
         self.httpd.shutdown()
@@ -75,12 +80,12 @@ def _steps(out: Path) -> list[dict]:
 @pytest.fixture
 def endpoint(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "unused")
-    with ProseServer() as url:
-        yield url
+    with ProseServer() as server:
+        yield server
 
 
 def test_prose_replies_are_grounded_recorded_and_reported(endpoint, tmp_path):
-    cell = _eval(tmp_path / "on", "openai", "--model", "prose", "--base-url", endpoint)
+    cell = _eval(tmp_path / "on", "openai", "--model", "prose", "--base-url", endpoint.url)
     assert cell["sr"] == 100.0 and cell["scored"] == len(TASKS) * len(SEEDS)
     steps = _steps(tmp_path / "on")
     assert {s["grounding"] for s in steps} == {"normalised"}
@@ -93,14 +98,14 @@ def test_prose_replies_are_grounded_recorded_and_reported(endpoint, tmp_path):
 
 
 def test_grounding_off_plays_every_reply_as_it_is(endpoint, tmp_path):
-    cell = _eval(tmp_path / "off", "openai", "--model", "prose", "--base-url", endpoint, "--grounding", "off")
+    cell = _eval(tmp_path / "off", "openai", "--model", "prose", "--base-url", endpoint.url, "--grounding", "off")
     steps = _steps(tmp_path / "off")
     assert all(s["action"] == s["reply"] and s["grounding"] is None for s in steps)
     assert cell["sr"] == 0.0 and cell["invalid_pct"] == 100.0 and cell["non_exact_pct"] is None
 
 
 def test_a_parser_overrides_grounding(endpoint, tmp_path):
-    _eval(tmp_path / "p", "openai", "--model", "prose", "--base-url", endpoint, "--parser", "regex:should (.+)")
+    _eval(tmp_path / "p", "openai", "--model", "prose", "--base-url", endpoint.url, "--parser", "regex:should (.+)")
     steps = _steps(tmp_path / "p")
     assert steps[0]["action"] == "Go East now." and steps[0]["grounding"] is None
 
@@ -118,3 +123,37 @@ def test_random_agent_is_seeded_and_deterministic_and_expert_is_the_ceiling(tmp_
     assert other["scored"] == a["scored"]
     expert = _eval(tmp_path / "x", "expert")
     assert expert["sr"] == 100.0 and expert["invalid_pct"] == 0.0
+
+
+def test_shots_show_train_expert_episodes_before_each_step(endpoint, tmp_path):
+    import gymnasium as gym
+
+    env = gym.make("R2V/Scripted-v0", seed=0, perturbations=None)
+    train, test = set(env.unwrapped.task_ids("train")), set(env.unwrapped.task_ids("test"))
+    _eval(tmp_path / "s", "openai", "--model", "prose", "--base-url", endpoint.url, "--shots", "2")
+    steps = _steps(tmp_path / "s")
+    shown = {tuple(json.loads(s["meta"])["demos"]) for s in steps}
+    assert len(shown) == 1 and len(next(iter(shown))) == 2  # the same two demonstrations at every step
+    assert set(next(iter(shown))) <= train and not set(next(iter(shown))) & test
+    body = endpoint.requests[0]["messages"]
+    roles = [m["role"] for m in body]
+    assert roles[0] == "system" and roles[-1] == "user" and len(roles) > 3
+    assert roles[1:-1] == ["user", "assistant"] * ((len(roles) - 2) // 2)
+    # the assistant turns are the expert's actions on those train tasks, replayed
+    expert = []
+    for task in next(iter(shown)):
+        obs, info = env.reset(seed=0, options={"task_id": task})
+        done = False
+        while not done:
+            expert.append(info["expert_action"])
+            obs, _r, term, trunc, info = env.step(info["expert_action"])
+            done = term or trunc
+    assert [m["content"] for m in body if m["role"] == "assistant"] == expert
+    # without --shots the chat is the system and the step's own prompt only
+    _eval(tmp_path / "n", "openai", "--model", "prose", "--base-url", endpoint.url)
+    assert [m["role"] for m in endpoint.requests[-1]["messages"]] == ["system", "user"]
+
+
+def test_shots_need_a_model_agent(tmp_path):
+    with pytest.raises(ValueError, match="--shots"):
+        _eval(tmp_path / "r", "random", "--shots", "1")
