@@ -6,8 +6,10 @@ from training tasks): for a step of task ``t``, the demonstrations are the ``K``
 (:func:`task_family`) whose expert episodes are shortest (ties by task id), else the shortest train tasks of any
 family when ``t``'s family has fewer than ``K`` in the train split. Test tasks are never shown. Each demonstration
 step is one user turn (the same prompt builder as the agent's own step, without history: the demonstration's
-earlier turns already precede it) and one assistant turn (the expert's action). Only the first ``max_steps``
-steps of a long expert episode are shown, to bound the prompt.
+earlier turns already precede it, and without the list of admissible actions, which the step's own prompt
+shows) and one assistant turn (the expert's action). To bound the prompt, a demonstration shows at most its first
+``max_steps`` steps, and all demonstration turns together at most ``max_chars`` characters (whole steps, in
+order: SmolLM2 reads 8,192 tokens, and an ALFWorld step with its action list is about 400).
 
 Demonstrations are built once per (benchmark, family), on the env's unperturbed clean game, and are the same
 for every episode of the run, so a run stays deterministic.
@@ -76,10 +78,10 @@ class DemoBank:
     """
 
     def __init__(self, shots: int, envs: Mapping[str, Mapping[str, Any]], prompt: PromptConfig,
-                 max_steps: int = 12, candidates: int = 8):
+                 max_steps: int = 12, max_chars: int = 6000, candidates: int = 8):
         if shots < 1:
             raise ValueError(f"shots must be >= 1, got {shots}")
-        self.shots, self.max_steps, self.candidates = shots, max_steps, candidates
+        self.shots, self.max_steps, self.max_chars, self.candidates = shots, max_steps, max_chars, candidates
         self.envs = {env_id: dict(kw) for env_id, kw in envs.items()}
         # Demonstration turns carry no history (the demonstration's own earlier turns precede them).
         self.prompt = replace(prompt, history_turns=0)
@@ -116,10 +118,14 @@ class DemoBank:
     def messages(self, ctx: Context) -> list[dict[str, str]]:
         """The demonstrations as alternating user/assistant chat turns, for a step of ``ctx.task_id``."""
         turns: list[dict[str, str]] = []
+        used = 0
         for demo in self.demos(ctx.benchmark, ctx.task_id):
             for step, action in demo.steps:
-                turns += [{"role": "user", "content": build_prompt(step, self.prompt)},
-                          {"role": "assistant", "content": action}]
+                prompt = build_prompt(replace(step, admissible_actions=None), self.prompt)
+                used += len(prompt) + len(action)
+                if used > self.max_chars and turns:
+                    return turns
+                turns += [{"role": "user", "content": prompt}, {"role": "assistant", "content": action}]
         return turns
 
     def close(self) -> None:
