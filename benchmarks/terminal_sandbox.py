@@ -8,6 +8,7 @@ Rounds alternate the backends.
     python benchmarks/terminal_sandbox.py --rounds 3
     python benchmarks/terminal_sandbox.py --phases          # one command, the test phase, a reset, apart
     python benchmarks/terminal_sandbox.py --reset DIR TASK  # a task's cold (Dockerfile) and warm (cached) reset
+    python benchmarks/terminal_sandbox.py --spawn 0 2 6     # one sandboxed `true` from a caller holding 0, 2, 6 GB
 """
 
 from __future__ import annotations
@@ -93,12 +94,39 @@ def resets(tasks_dir: str, ids: list[str], warm: int = 5) -> None:
         print(f"{task_id}: cold {cold:.2f} s, warm median {statistics.median(times):.3f} s")
 
 
+def spawns(sizes_gb: list[float], n: int = 40) -> None:
+    """Median ms of one sandboxed ``true`` with the limits set by prlimit inside the sandbox (the default) and by
+    a ``preexec_fn`` (which makes Python fork the caller), from a caller holding each size of touched memory."""
+    import tempfile
+
+    from r2v_envs.sandbox import Sandbox
+
+    work = tempfile.mkdtemp(prefix="r2v-spawn-")
+    variants = {"prlimit": Sandbox(), "preexec_fn": Sandbox()}
+    variants["preexec_fn"]._prlimit = None  # the fallback path, taken where util-linux prlimit is missing
+    for gb in sizes_gb:
+        blob = bytearray(int(gb * 2**30))
+        for i in range(0, len(blob), 4096):  # touch every page: a fork copies the page tables of all of them
+            blob[i] = 1
+        res: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(n):
+            for name, sb in variants.items():
+                start = time.perf_counter()
+                assert sb.run(["true"], workdir=work).ok
+                res[name].append(time.perf_counter() - start)
+        print(f"caller +{gb:g} GB: " + ", ".join(f"{k} {statistics.median(v) * 1000:.1f} ms" for k, v in res.items()))
+        del blob
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--phases", action="store_true", help="time one command, the test phase and a reset")
     parser.add_argument("--reset", nargs="+", metavar=("DIR", "TASK"), help="cold and warm resets of tasks")
+    parser.add_argument("--spawn", nargs="+", type=float, metavar="GB", help="one sandboxed command from a big caller")
     args = parser.parse_args()
+    if args.spawn:
+        return spawns(args.spawn)
     if args.phases:
         return phases(args.rounds)
     if args.reset:

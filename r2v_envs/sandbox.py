@@ -19,7 +19,9 @@ Levels, strongest first (detected at run time by :func:`r2v_envs.isolation.avail
 
 Every level applies the rlimits of :class:`SandboxLimits` (CPU time, address space, file size, open files,
 processes; core dumps off), a wall-clock deadline after which the process tree is killed, and a minimal
-environment (no host secrets) unless ``env`` adds variables.
+environment (no host secrets) unless ``env`` adds variables. The rlimits are set by util-linux ``prlimit``, exec'd
+first inside the sandbox (before the uid drop), so the caller is ``vfork``-ed whatever its size; a ``preexec_fn``
+sets them where ``prlimit`` is missing.
 
 Example:
     >>> import sys, tempfile
