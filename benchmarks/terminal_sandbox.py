@@ -3,7 +3,7 @@
 Each shipped task is played by its expert (solution commands, then the tests) on both backends; the plain
 backend is the local backend with the sandbox replaced by ``subprocess.run(["bash", "-c", ...])`` in the same
 scratch copy, so the difference is the price of isolation (namespaces, bind mounts, uid drop, rlimits).
-Rounds alternate the backends.
+Each task is played on both backends back to back, the order alternating between rounds.
 
     python benchmarks/terminal_sandbox.py --rounds 3
     python benchmarks/terminal_sandbox.py --phases          # one command, the test phase, a reset, apart
@@ -136,10 +136,11 @@ def main() -> None:
                               backend=PlainBackend()),
             "sandbox": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend="local")}
     times: dict[str, dict[str, list[float]]] = {name: {t: [] for t in ids} for name in envs}
-    for _ in range(args.rounds):
-        for name, env in envs.items():
-            for task_id in ids:
-                seconds, won = play(env, task_id)
+    for r in range(args.rounds):
+        for task_id in ids:  # the two backends back to back on each task, in alternating order: slow drifts of
+            order = list(envs) if r % 2 == 0 else list(envs)[::-1]  # the machine's speed hit both alike
+            for name in order:
+                seconds, won = play(envs[name], task_id)
                 assert won, (name, task_id)
                 times[name][task_id].append(seconds)
     isolation = envs["sandbox"].unwrapped.backend.isolation
