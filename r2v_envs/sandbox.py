@@ -201,16 +201,10 @@ class Sandbox:
         workdir = _check_args(argv, workdir)
         marker = secrets.token_hex(8)
         full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
-        rlimits = rlimit_values(limits, self._nproc(limits))
         cmd = self._command(list(argv), workdir, limits)
-        # The limits are set by util-linux prlimit, exec'd first inside the sandbox, rather than by a preexec_fn:
-        # a preexec_fn makes Python fork the caller (page tables and all) instead of vfork-ing it, which cost
-        # 2 ms per command from a bare interpreter and 80 ms from a caller holding 2 GB (a trainer with a model).
         preexec = None
-        if self._prlimit:
-            cmd = _insert_prlimit(cmd, self._prlimit, rlimits, self.isolation)
-        else:
-            preexec = functools.partial(_apply_rlimits, rlimits)
+        if not self._prlimit:  # set between fork and exec, which forks the caller (see _limited)
+            preexec = functools.partial(_apply_rlimits, rlimit_values(limits, self._nproc(limits)))
         popen = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
         return SandboxProcess(popen, self.isolation, marker)
@@ -220,17 +214,31 @@ class Sandbox:
         return limits.max_processes + (_user_process_count() if os.geteuid() != 0 else 0)
 
     def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
+        # prlimit runs first inside the wrapper (whose own set-up is not limited), and under bwrap before the uid
+        # drop, which then cannot raise the limits.
+        limited = self._limited(limits)
         if self.isolation == "bwrap":
             prefix = [shutil.which("bwrap") or "bwrap", *bwrap_namespace_args(limits.network),
-                      *bwrap_mount_args(workdir, self.readonly_paths), "--"]
+                      *bwrap_mount_args(workdir, self.readonly_paths), "--", *limited]
             if self.drops_privileges:
                 uid = _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
                 _chown_tree(workdir, uid)
                 prefix += self._drop_to(uid)
             return prefix + argv
         if self.isolation == "unshare":
-            return [shutil.which("unshare") or "unshare", *unshare_args(limits.network), "--", *argv]
-        return argv
+            return [shutil.which("unshare") or "unshare", *unshare_args(limits.network), "--", *limited, *argv]
+        return [*limited, *argv]
+
+    def _limited(self, limits: SandboxLimits) -> list[str]:
+        """The util-linux prlimit prefix that sets the rlimits ([] where prlimit is missing).
+
+        prlimit rather than a preexec_fn: a preexec_fn makes Python fork the caller (page tables and all) instead
+        of vfork-ing it, which cost 2 ms per command from a bare interpreter and 80 ms from a caller holding 2 GB
+        (a trainer with a model). prlimit exits 127 for a program that does not exist, like a shell."""
+        if not self._prlimit:
+            return []
+        values = rlimit_values(limits, self._nproc(limits))
+        return [self._prlimit, *(f"{_PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, soft, hard in values), "--"]
 
     def _drop_to(self, uid: int) -> list[str]:
         if self._setpriv:
@@ -330,16 +338,6 @@ def rlimit_values(limits: SandboxLimits, nproc: int) -> list[tuple[int, int, int
 _PRLIMIT_OPTIONS = {resource.RLIMIT_CPU: "--cpu", resource.RLIMIT_AS: "--as", resource.RLIMIT_FSIZE: "--fsize",
                     resource.RLIMIT_CORE: "--core", resource.RLIMIT_NOFILE: "--nofile",
                     resource.RLIMIT_NPROC: "--nproc"}
-
-
-def _insert_prlimit(cmd: list[str], prlimit: str, values: list[tuple[int, int, int]], isolation: str) -> list[str]:
-    """``cmd`` with prlimit exec'd in front of what runs sandboxed: after bubblewrap's or unshare's own options
-    (so the wrapper's set-up is not limited, and under bwrap the limits are set before the uid drop, which then
-    cannot raise them), or in front of the command itself at the ``rlimit`` level. prlimit exits 127 for a
-    program that does not exist, like a shell."""
-    args = [prlimit, *(f"{_PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, soft, hard in values), "--"]
-    at = cmd.index("--") + 1 if isolation in ("bwrap", "unshare") else 0
-    return [*cmd[:at], *args, *cmd[at:]]
 
 
 def _apply_rlimits(values: list[tuple[int, int, int]]) -> None:
