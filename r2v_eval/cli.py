@@ -121,7 +121,11 @@ def evaluate(args: EvalArgs) -> dict[str, Any]:
     record = {"spec": args.agent, "options": {k: v for k, v in asdict(args.options).items()
                                               if k not in ("system_prompt",)},
               "system_prompt": args.options.system_text()}
-    summaries = run_grid(policy, name, grid, args.out, record, concurrency=agent_concurrency(policy))
+    try:
+        summaries = run_grid(policy, name, grid, args.out, record, concurrency=agent_concurrency(policy))
+    finally:
+        if getattr(policy, "demos", None) is not None:
+            policy.demos.close()  # the train-split envs the demonstrations were played on
     stats = getattr(policy, "stats", None)
     results = write_report(args.out, args.bootstrap)
     if stats is not None and args.progress:

@@ -87,6 +87,7 @@ class DemoBank:
         self.prompt = replace(prompt, history_turns=0)
         self._by_benchmark: dict[str, Any] = {}
         self._cache: dict[tuple[str, str], list[Demo]] = {}
+        self._turns: dict[tuple[str, str], list[dict[str, str]]] = {}
 
     def _env(self, benchmark: str) -> Any:
         import gymnasium as gym
@@ -116,17 +117,20 @@ class DemoBank:
         return self._cache[key]
 
     def messages(self, ctx: Context) -> list[dict[str, str]]:
-        """The demonstrations as alternating user/assistant chat turns, for a step of ``ctx.task_id``."""
-        turns: list[dict[str, str]] = []
-        used = 0
-        for demo in self.demos(ctx.benchmark, ctx.task_id):
-            for step, action in demo.steps:
+        """The demonstrations as alternating user/assistant chat turns, for a step of ``ctx.task_id`` (built once
+        per family, like the demonstrations)."""
+        key = (ctx.benchmark, task_family(ctx.task_id))
+        if key not in self._turns:
+            turns: list[dict[str, str]] = []
+            used = 0
+            for step, action in (x for demo in self.demos(*key) for x in demo.steps):
                 prompt = build_prompt(replace(step, admissible_actions=None), self.prompt)
                 used += len(prompt) + len(action)
                 if used > self.max_chars and turns:
-                    return turns
+                    break
                 turns += [{"role": "user", "content": prompt}, {"role": "assistant", "content": action}]
-        return turns
+            self._turns[key] = turns
+        return self._turns[key]
 
     def close(self) -> None:
         for env in self._by_benchmark.values():

@@ -93,14 +93,19 @@ def system_for(ctx: Context, override: str = "") -> str:
 def chat_messages(ctx: Context, system: str = "", demos: DemoBank | None = None) -> list[dict[str, str]]:
     """The chat the model sees at this step: the system prompt, the demonstrations' turns if any (``--shots``),
     then the shared prompt builder's text (bounded by :data:`AGENT_PROMPT`)."""
-    shown = demos.messages(ctx) if demos is not None and ctx.benchmark not in CODE_BENCHMARKS else []
+    shown = demos.messages(ctx) if shows_demos(ctx, demos) else []
     return [{"role": "system", "content": system_for(ctx, system)}, *shown,
             {"role": "user", "content": build_prompt(ctx, AGENT_PROMPT)}]
 
 
+def shows_demos(ctx: Context, demos: DemoBank | None) -> bool:
+    """Whether this step shows demonstrations: there are some, and the step acts in lines (not code)."""
+    return demos is not None and ctx.benchmark not in CODE_BENCHMARKS
+
+
 def demo_meta(ctx: Context, demos: DemoBank | None) -> dict[str, Any]:
     """The step's record of the demonstrations shown (their train task ids), if any."""
-    if demos is None or ctx.benchmark in CODE_BENCHMARKS:
+    if not shows_demos(ctx, demos):
         return {}
     return {"demos": [d.task_id for d in demos.demos(ctx.benchmark, ctx.task_id)]}
 

@@ -146,7 +146,7 @@ def test_shots_show_train_expert_episodes_before_each_step(endpoint, tmp_path):
         done = False
         while not done:
             expert.append(info["expert_action"])
-            obs, _r, term, trunc, info = env.step(info["expert_action"])
+            _obs, _r, term, trunc, info = env.step(info["expert_action"])
             done = term or trunc
     assert [m["content"] for m in body if m["role"] == "assistant"] == expert
     # without --shots the chat is the system and the step's own prompt only
