@@ -24,6 +24,7 @@ import os
 import queue
 import shlex
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -224,6 +225,7 @@ class LocalBackend(Backend):
         """One ``RUN`` step: the image's environment so far, the offline runtime's build no-ops and installers
         first on PATH, in the step's WORKDIR."""
         self._refresh_binds()
+        self._ensure_layout()  # a step may have put a link where the writable root has a folder
         if not self._mapped:
             host = self._layout().host_path(cwd)
             cwd = str(host) if host is not None else str(self.scratch / "app")
@@ -241,16 +243,18 @@ class LocalBackend(Backend):
 
     def _ensure_layout(self) -> None:
         # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
-        # mount points and the session folder so the next command still runs.
+        # mount points and the session folder so the next command still runs. It may also put a symlink in place
+        # of one of them: bubblewrap follows a bind source's links (`ln -s / $SCRATCH/root/srv` would mount the
+        # host's root at /srv) and this process writes the command file into .r2v, so each is a real folder again.
         for sub in ("app", "tests", ".r2v", "solution", "root"):
-            (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+            real_folder(self.scratch / sub, self.scratch)
         for src, _dst in self.sandbox.tops:  # the task's writable root, emptied but still mounted
-            Path(src).mkdir(parents=True, exist_ok=True)
+            real_folder(Path(src), self.scratch)
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
         self._ensure_layout()
         state = self.scratch / ".r2v"
-        (state / "cmd.sh").write_text(command + "\n")
+        _write_new(state / "cmd.sh", command + "\n")
         out, code, timed_out, wall = self._exec(session_script(str(state), self._app()), timeout_s, self._env)
         out, cwd = split_cwd(out)
         return CommandResult(out, code, timed_out, wall, cwd)
@@ -339,6 +343,46 @@ class LocalBackend(Backend):
         if self.scratch is not None:
             _remove_later(self.scratch)
             self.scratch = None
+
+
+def real_folder(path: Path, top: Path) -> None:
+    """Make ``path`` (inside ``top``, a folder the agent can write) and every folder between them real folders:
+    a symlink or a file in their place is removed first, a missing one made.
+
+    Example:
+        >>> import tempfile
+        >>> top = Path(tempfile.mkdtemp())
+        >>> (top / "root").symlink_to("/")
+        >>> real_folder(top / "root" / "srv", top)
+        >>> (top / "root").is_symlink(), (top / "root" / "srv").is_dir()
+        (False, True)
+    """
+    cur = top
+    for part in path.relative_to(top).parts:
+        cur = cur / part
+        try:
+            mode = os.lstat(cur).st_mode
+        except FileNotFoundError:
+            cur.mkdir()
+            continue
+        if not stat.S_ISDIR(mode):  # a symlink (to a folder or not) or a file: never followed
+            cur.unlink()
+            cur.mkdir()
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write ``path`` as a new file: whatever the agent left there (a symlink to a host file, a folder) is
+    removed, not written through."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 _TRASH: queue.SimpleQueue = queue.SimpleQueue()

@@ -83,7 +83,8 @@ class Layout:
         """(host folder, mount point) of the task's writable root, for bubblewrap."""
         if not self.mapped or not self.root.is_dir():
             return []
-        out = [(str(d), "/" + d.name) for d in sorted(self.root.iterdir()) if d.is_dir() and d.name not in SYSTEM_TOPS]
+        out = [(str(d), "/" + d.name) for d in sorted(self.root.iterdir())
+               if d.is_dir() and not d.is_symlink() and d.name not in SYSTEM_TOPS]  # a link would be followed
         return out + [(str(self.root / w.lstrip("/")), w) for w in WRITABLE_SYSTEM if (self.root / w.lstrip("/")).is_dir()]
 
     def seed(self) -> None:

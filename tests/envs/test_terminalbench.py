@@ -134,6 +134,36 @@ def test_hostile_commands_are_contained(env, tmp_path):
     assert "recovered" in obs  # the session still works
 
 
+def test_links_in_place_of_the_sandbox_folders_are_not_followed(env, tmp_path):
+    """The agent owns its scratch copy on the host (its path is in /proc/self/mountinfo): a symlink in place of
+    a bind-mount source must not mount a host folder, and one in place of the command file (or its folder)
+    must not make the host write through it."""
+    env.reset(options={"task_id": "greeting-cli"})
+    backend = env.unwrapped.backend
+    if backend.isolation != "bwrap":
+        pytest.skip("bind mounts need bubblewrap")
+    scratch, token = backend.scratch, secrets.token_hex(6)
+    host = tmp_path / "host"
+    host.mkdir()
+    secret = host / f"secret-{secrets.token_hex(6)}"
+    secret.write_text(token)
+    (host / "target.txt").write_text("untouched")
+    host.chmod(0o755)
+    secret.chmod(0o644)
+    obs, *_ = env.step("run awk '$5==\"/app\"{print $4}' /proc/self/mountinfo")
+    assert str(scratch / "app") in obs  # what an attacker reads to find the scratch copy
+    obs, *_ = env.step(f"run rm -rf {scratch}/root/srv && ln -s {host} {scratch}/root/srv && echo linked")
+    assert "linked" in obs
+    obs, *_ = env.step("run ls -a /srv; cat /srv/*")
+    assert token not in obs and secret.name not in obs
+    env.step(f"run ln -sf {host}/target.txt {scratch}/.r2v/cmd.sh")
+    obs, *_ = env.step("run echo after-link")
+    assert "after-link" in obs and (host / "target.txt").read_text() == "untouched"
+    env.step(f"run cd /app && rm -rf {scratch}/.r2v && ln -s {host} {scratch}/.r2v")
+    obs, *_ = env.step("run echo after-folder-link")
+    assert "after-folder-link" in obs and sorted(p.name for p in host.iterdir()) == sorted([secret.name, "target.txt"])
+
+
 def test_same_seed_same_observations_under_default_perturbations():
     runs = []
     for _ in range(2):
