@@ -72,6 +72,16 @@ def test_stdin_stdout_stderr_and_exit_code(sandbox, tmp_path):
     assert r.isolation == sandbox.isolation
 
 
+def test_a_quick_exit_is_an_exit_not_a_kill(sandbox, tmp_path):
+    # The pipes close just before the process exits: the run must wait for the exit, not kill it in between.
+    codes = [sandbox.run(["bash", "--noprofile", "--norc", "-c", "ls"], workdir=tmp_path).returncode
+             for _ in range(40)]
+    assert codes == [0] * 40
+    r = sandbox.run(["bash", "--noprofile", "--norc", "-c", "exec >&- 2>&-; sleep 30"], workdir=tmp_path,
+                    limits=SandboxLimits(wall_time_s=1.0))
+    assert r.timed_out and r.returncode is None  # pipes closed early: still bound by the deadline
+
+
 def test_output_is_bounded(sandbox, tmp_path):
     r, _ = run_py(sandbox, "print('x' * 5_000_000)", tmp_path, max_output_bytes=1000)
     assert r.output_truncated and len(r.stdout) == 1000 and r.returncode == 0
