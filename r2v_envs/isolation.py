@@ -55,7 +55,10 @@ def bwrap_namespace_args(network: bool) -> list[str]:
     return args if network else [*args, "--unshare-net"]
 
 
-def bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
+def bwrap_mount_args(workdir: str, readonly: Sequence[str], at: str | None = None) -> list[str]:
+    """bubblewrap's mounts: the system read-only, ``readonly`` read-only, ``workdir`` writable at ``at`` (its own
+    path by default) and the working directory."""
+    at = at or workdir
     args: list[str] = []
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
@@ -69,7 +72,7 @@ def bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
     # bwrap creates missing parents of a mount point 0700 (e.g. /root for a pyenv Python): an unprivileged uid
     # could not reach the mount, so make every parent explicitly, world-traversable.
     made: set[str] = {"/", "/tmp"}
-    for path in [*binds, workdir]:
+    for path in [*binds, at]:
         parents = []
         parent = os.path.dirname(path)
         while parent not in made and not _under(parent, SYSTEM_PATHS) and parent != "/":
@@ -80,9 +83,9 @@ def bwrap_mount_args(workdir: str, readonly: Sequence[str]) -> list[str]:
             made.add(d)
     for path in binds:
         args += ["--ro-bind", path, path]
-    if workdir != "/":
-        args += ["--bind", workdir, workdir]
-    return [*args, "--chdir", workdir]
+    if at != "/":
+        args += ["--bind", workdir, at]
+    return [*args, "--chdir", at]
 
 
 def _under(path: str, roots: Sequence[str]) -> bool:

@@ -116,12 +116,27 @@ class _TaskSandbox(Sandbox):
     ro_binds: Sequence[tuple[str, str]] = ()
     tops: Sequence[tuple[str, str]] = ()  # the task's writable root: mounted before the system's own binds
     judge: Callable[[int], list[str]] | None = None
+    owned: str | None = None  # the scratch copy: all of it is the run's uid's, though only its folders are mounted
+    # One unprivileged uid for all of an episode's commands (None: one per run). Commands run one at a time, each
+    # in its own PID namespace, so none can reach another's processes; the scratch copy is then handed over once
+    # (and again after this process made files in it: ``owner = None``), not at every command.
+    episode_uid: int | None = None
+    owner: int | None = None  # the uid the scratch copy was last handed to
 
     def _drop_to(self, uid: int) -> list[str]:
         return self.judge(uid) if self.judge is not None else super()._drop_to(uid)
 
-    def _command(self, argv: list[str], workdir: str, limits: SandboxLimits) -> list[str]:
-        cmd = super()._command(argv, workdir, limits)
+    def _pick_uid(self) -> int | None:
+        return self.episode_uid if self.episode_uid is not None and self.drops_privileges else super()._pick_uid()
+
+    def _hand_over(self, workdir: str, uid: int) -> None:
+        if self.owner != uid:
+            super()._hand_over(self.owned or workdir, uid)
+            self.owner = uid
+
+    def _command(self, argv: list[str], workdir: str, limits: SandboxLimits, uid: int | None,
+                 nproc: int) -> list[str]:
+        cmd = super()._command(argv, workdir, limits, uid, nproc)
         if self.isolation != "bwrap" or not (self.binds or self.ro_binds or self.tops):
             return cmd
         if self.tops:

@@ -274,3 +274,63 @@ def test_the_host_process_is_not_forked(sandbox, tmp_path, monkeypatch):
 def test_a_missing_program_exits_127(sandbox, tmp_path):
     r = sandbox.run(["r2v-no-such-program"], workdir=tmp_path)
     assert r.returncode == 127 and "r2v-no-such-program" in r.stderr
+
+
+# ------------------------------------------------------------------------------------- set up ahead (prepare)
+def test_a_prepared_command_waits_for_its_run_and_gives_the_same_result(sandbox, tmp_path):
+    argv = ["bash", "--noprofile", "--norc", "-c", "touch ran; cat; echo out; echo err >&2; exit 3"]
+    held = sandbox.prepare(argv, workdir=tmp_path)
+    time.sleep(0.3)  # its set-up is over: only the gate holds it
+    assert held.proc.alive() and not (tmp_path / "ran").exists()
+    start = time.monotonic()
+    r = sandbox.run(argv, workdir=tmp_path, stdin="in\n", prepared=held)
+    assert (r.returncode, r.stdout, r.stderr, r.timed_out) == (3, "in\nout\n", "err\n", False)
+    assert held.used and r.wall_time_s <= time.monotonic() - start + 0.01
+    (tmp_path / "ran").unlink()
+    fresh = sandbox.run(argv, workdir=tmp_path, stdin="in\n")
+    assert (fresh.returncode, fresh.stdout, fresh.stderr) == (r.returncode, r.stdout, r.stderr)
+    # any other program goes through /bin/sh's gate, and the deadline counts from the gate, not the set-up
+    held = sandbox.prepare([sys.executable, "-c", "import time; time.sleep(0.5); print('slept')"], workdir=tmp_path)
+    time.sleep(1.2)
+    r = sandbox.run([sys.executable, "-c", "import time; time.sleep(0.5); print('slept')"], workdir=tmp_path,
+                    limits=SandboxLimits(wall_time_s=1.0), prepared=held)
+    assert held.used and r.ok and r.stdout == "slept\n"
+
+
+def test_a_prepared_command_for_another_command_is_not_used(sandbox, tmp_path):
+    token = secrets.token_hex(8)
+    held = sandbox.prepare(["bash", "--noprofile", "--norc", "-c", f"echo held-{token}"], workdir=tmp_path,
+                           env={"X": "1"})
+    r = sandbox.run(["bash", "--noprofile", "--norc", "-c", f"echo held-{token}"], workdir=tmp_path,
+                    env={"X": "2"}, prepared=held)  # another environment: a fresh start
+    assert r.stdout == f"held-{token}\n" and held.used and not held.proc.alive()
+    held = sandbox.prepare([sys.executable, "-c", f"import time; time.sleep(300)  # {token}"], workdir=tmp_path)
+    r = sandbox.run(["echo", "other"], workdir=tmp_path, prepared=held)
+    assert r.stdout == "other\n"
+    assert_no_strays(token)  # the discarded one is gone, whole tree
+
+
+def test_a_workdir_made_again_since_the_set_up_means_a_fresh_start(sandbox, tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    argv = ["bash", "--noprofile", "--norc", "-c", "ls"]
+    held = sandbox.prepare(argv, workdir=work)
+    time.sleep(0.2)
+    work.rename(tmp_path / "old")
+    work.mkdir()
+    (work / "new-file").write_text("x")
+    r = sandbox.run(argv, workdir=work, prepared=held)  # the held one sits in the old folder
+    assert r.ok and r.stdout == "new-file\n" and not held.proc.alive()
+
+
+def test_discarding_a_prepared_command_leaves_nothing(sandbox, tmp_path):
+    token = secrets.token_hex(8)
+    argv = [sys.executable, "-c", f"import time; time.sleep(300)  # {token}"]
+    held = sandbox.prepare(argv, workdir=tmp_path)
+    time.sleep(0.2)
+    held.discard()
+    held.discard()  # idempotent
+    assert_no_strays(token)
+    r = sandbox.run(argv, workdir=tmp_path, limits=FAST, prepared=held)  # used up: a fresh start
+    assert r.timed_out
+    assert_no_strays(token)
