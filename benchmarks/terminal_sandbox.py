@@ -7,6 +7,7 @@ Each task is played on both backends back to back, the order alternating between
 
     python benchmarks/terminal_sandbox.py --rounds 3
     python benchmarks/terminal_sandbox.py --phases          # one command, the test phase, a reset, apart
+    python benchmarks/terminal_sandbox.py --phases --think-ms 200   # the same with an agent's pause per step
     python benchmarks/terminal_sandbox.py --reset DIR TASK  # a task's cold (Dockerfile) and warm (cached) reset
     python benchmarks/terminal_sandbox.py --spawn 0 2 6     # one sandboxed `true` from a caller holding 0, 2, 6 GB
 """
@@ -31,10 +32,10 @@ class PlainBackend(LocalBackend):
     name = "plain"
 
     def __init__(self):
-        super().__init__(isolation="rlimit")
+        super().__init__(isolation="rlimit", hold_ahead=False)
         self.isolation = "none"
 
-    def _exec(self, script, timeout_s, env):
+    def _run(self, sandbox, script, timeout_s, env, prepared=None):
         start = time.monotonic()
         try:
             r = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=self.scratch, env={
@@ -53,8 +54,9 @@ def play(env, task_id) -> tuple[float, bool]:
     return time.perf_counter() - start, info["won"]
 
 
-def phases(rounds: int, task_id: str = "word-frequency", commands: int = 20) -> None:
-    """Median seconds of one trivial command, of the test phase and of a reset, per backend."""
+def phases(rounds: int, think_s: float = 0.0, task_id: str = "word-frequency", commands: int = 20) -> None:
+    """Median seconds of one trivial command, of the test phase and of a reset, per backend; ``think_s``: an
+    agent's pause before each step (untimed; the sandbox sets up the next command and the test phase in it)."""
     envs = {"plain": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend=PlainBackend()),
             "sandbox": gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, split="all", backend="local")}
     res = {name: {"command": [], "tests": [], "reset": []} for name in envs}
@@ -64,14 +66,19 @@ def phases(rounds: int, task_id: str = "word-frequency", commands: int = 20) -> 
             env.reset(options={"task_id": task_id})
             res[name]["reset"].append(time.perf_counter() - start)
             for _ in range(commands):
+                time.sleep(think_s)
                 start = time.perf_counter()
                 env.step("run echo hi")
                 res[name]["command"].append(time.perf_counter() - start)
+            time.sleep(think_s)
             start = time.perf_counter()
             env.step("mark_task_complete")
             res[name]["tests"].append(time.perf_counter() - start)
+    print(f"agent's pause before each step: {think_s * 1000:g} ms; medians of {rounds} rounds")
     for name in envs:
-        print(name, {k: f"{statistics.median(v) * 1000:.1f} ms" for k, v in res[name].items()})
+        print(f"{name:8s}", "  ".join(f"{k} {statistics.median(v) * 1000:6.1f} ms" for k, v in res[name].items()))
+    print(f"{'ratio':8s}", "  ".join(f"{k} {statistics.median(res['sandbox'][k]) / statistics.median(res['plain'][k]):9.2f}"
+                                    for k in res["plain"]))
 
 
 def resets(tasks_dir: str, ids: list[str], warm: int = 5) -> None:
@@ -122,13 +129,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--phases", action="store_true", help="time one command, the test phase and a reset")
+    parser.add_argument("--think-ms", type=float, default=0.0,
+                        help="with --phases: an agent's pause before each step, untimed (default 0: back to back)")
     parser.add_argument("--reset", nargs="+", metavar=("DIR", "TASK"), help="cold and warm resets of tasks")
     parser.add_argument("--spawn", nargs="+", type=float, metavar="GB", help="one sandboxed command from a big caller")
     args = parser.parse_args()
     if args.spawn:
         return spawns(args.spawn)
     if args.phases:
-        return phases(args.rounds)
+        return phases(args.rounds, args.think_ms / 1000)
     if args.reset:
         return resets(args.reset[0], args.reset[1:])
     ids = sorted(load_suite())

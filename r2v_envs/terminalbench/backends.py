@@ -10,8 +10,10 @@ every command keeps its own deadline and whole-tree kill. Output is stdout and s
   (``ENV``/``ARG`` expanded as Docker does, files copied or written anywhere but the system folders, every
   ``RUN`` step run in the sandbox with installs mapped offline) and cached per task. Under bubblewrap the
   scratch workdir is mounted at the task's ``WORKDIR`` (``/app``), its writable root at ``/opt``, ``/tmp``,
-  ``/home``, ..., the tests at ``/tests`` and the offline runtime read-only at its mount; under the weaker
-  levels commands see the scratch path instead (``$APP_DIR``) and writes outside it fail the load.
+  ``/home``, ..., the tests at ``/tests``, the session folder at ``/.r2v-session`` and the offline runtime
+  read-only at its mount (the scratch copy itself is not mounted: no command can replace a mount's source);
+  under the weaker levels commands see the scratch path instead (``$APP_DIR``) and writes outside it fail the
+  load. Each sandbox is set up while the command before it runs (``hold_ahead``).
 * :class:`r2v_envs.terminalbench.docker_backend.DockerBackend` — a container built from the task's Dockerfile;
   ``backend="auto"`` (:func:`r2v_envs.terminalbench.env.make_backend`) chooses it only when an engine answers.
 """
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.sandbox import Sandbox, SandboxLimits, minimal_env
+from r2v_envs.sandbox import PreparedRun, Sandbox, SandboxLimits, minimal_env
 from r2v_envs.terminalbench.build import HOST_ALIAS, WRITABLE_SYSTEM, BuildCache, Layout, build_key, interpret
 from r2v_envs.terminalbench.runtime import (RUNTIME_MOUNT, build_test_runtime, named_test_files, read_junit,
                                             read_verdict)
@@ -47,6 +49,7 @@ _MAX_CAPTURE = 2_000_000  # bytes kept per command before the env's own (smarter
 _HIDDEN_VARS = "R2V_SANDBOX_RUN|PWD|OLDPWD|SHLVL|_"
 _JUDGE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # all the judge's daemon keeps (see _TaskSandbox)
 VERDICT_MOUNT = "/.r2v-verdict"  # root-only (0700): the daemon's verdict file, out of the test phase's reach
+SESSION_MOUNT = "/.r2v-session"  # the session folder (command file, saved cwd and variables) under bubblewrap
 JUDGE_SOCKET = f"{JUDGE_DIR}/sock/judge.sock"  # in a root-owned folder: test processes may call, not replace it
 
 
@@ -156,15 +159,36 @@ class _TaskSandbox(Sandbox):
         return [*cmd[:i], *extra, *cmd[i:]]
 
 
+@dataclass
+class _TestPhase:
+    """A test phase set up (and maybe started, held at its gate) before it runs."""
+
+    root: Path  # the judge's folder on the host, removed after the phase
+    tests: Path
+    script_name: str
+    script: str
+    env: dict[str, str]
+    daemon: bool  # the verdict comes from the judge's daemon (bubblewrap started by root)
+    prepared: PreparedRun | None = None
+
+
 class LocalBackend(Backend):
     """Runs a task in the local sandbox over a scratch copy (see the module docstring)."""
 
     name = "local"
 
     def __init__(self, isolation: str = "auto", memory_bytes: int = 2 << 30, max_processes: int = 256,
-                 file_size_bytes: int = 256 << 20):
-        self.sandbox = _TaskSandbox(isolation)
+                 file_size_bytes: int = 256 << 20, hold_ahead: bool = True):
+        self.sandbox = _TaskSandbox(isolation)  # the agent's commands and the Dockerfile's steps
+        self._judge_sandbox = _TaskSandbox(isolation)  # the test phase, with its own mounts
         self.isolation = self.sandbox.isolation
+        if self._mapped:  # at a fixed path: a random host path would show in error messages ("<path>/cmd.sh: ...")
+            self.sandbox.workdir_at = self._judge_sandbox.workdir_at = SESSION_MOUNT
+        # Set up each sandbox before it is needed (Sandbox.prepare), while the command before it runs: the next
+        # command's, and during the first command the test phase's. bubblewrap's set-up is ~7 ms per command and
+        # the judge's daemon, which imports pytest, ~0.2 s of CPU; ahead, they are off the path the agent waits on.
+        # Costs two waiting sandboxes per episode (and the daemon's CPU where an episode ends without its tests).
+        self.hold_ahead = hold_ahead
         self._limits = dict(memory_bytes=memory_bytes, max_processes=max_processes,
                             file_size_bytes=file_size_bytes, max_open_files=1024)
         self.scratch: Path | None = None
@@ -172,6 +196,10 @@ class LocalBackend(Backend):
         self._env: dict[str, str] = {}
         self._runtime: Path | None = None
         self.builds = BuildCache()
+        self._held: PreparedRun | None = None  # the next command's sandbox, set up ahead
+        self._held_tests: _TestPhase | None = None  # the test phase, set up ahead (under the judge's daemon)
+        self._tests_ahead = False  # set it up during the next command
+        self._timeout_s: float | None = None  # the last command's deadline
 
     # paths as the commands see them
     @property
@@ -180,6 +208,9 @@ class LocalBackend(Backend):
 
     def _app(self) -> str:
         return self.task.workdir if self._mapped else str(self.scratch / "app")
+
+    def _session(self) -> str:
+        return SESSION_MOUNT if self._mapped else str(self.scratch / ".r2v")
 
     def _tests(self) -> str:
         return "/tests" if self._mapped else str(self.scratch / "tests")
@@ -194,12 +225,15 @@ class LocalBackend(Backend):
             (self.scratch / sub).mkdir()
         self._runtime = build_test_runtime()
         self.sandbox.ro_binds = self._episode_ro_binds()
+        self.sandbox.owned = self._judge_sandbox.owned = str(self.scratch)
+        self.sandbox.episode_uid = self.sandbox.owner = None
+        self.sandbox.episode_uid = self.sandbox._pick_uid()  # a new one per episode
         # The host's pytest plugins are not the task's: a Terminal-Bench image installs pytest alone (and
         # plugin autoloading costs ~1.5 s per pytest run here).
         self._env = {"APP_DIR": self._app(), "TEST_DIR": self._tests(), "TERM": "dumb",
                      "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "R2V_TEST_PYTHON": sys.executable}
-        if self._mapped:  # HOME as in the task's container (root's), in the task's writable root
-            self._env["HOME"] = "/root"
+        # HOME as in the task's container (root's), in the task's writable root; elsewhere the scratch copy
+        self._env["HOME"] = "/root" if self._mapped else str(self.scratch)
         layout = self._layout()
         key = build_key(task, self.isolation, self._runtime)
         image_env = self.builds.restore(task.task_id, key, layout)
@@ -209,6 +243,12 @@ class LocalBackend(Backend):
             self.builds.save(task.task_id, key, layout, image_env)
         self._env.update(image_env)
         self._refresh_binds()
+        # The test phase is set up ahead only under the judge's daemon: its folders are out of the agent's sight
+        # (elsewhere the agent could write the report folder of a test phase set up before it acts).
+        self._tests_ahead = self.hold_ahead and self._mapped and self.sandbox.drops_privileges
+        if self._timeout_s is not None:  # the first command's sandbox, with the deadline the last one had
+            self._held = self._prepare(self.sandbox, session_script(self._session(), self._app()),
+                                       self._timeout_s, self._env)
 
     def _base_path(self) -> str:
         return minimal_env(str(self.scratch))["PATH"] + ":/usr/local/sbin:/usr/sbin:/sbin"
@@ -233,14 +273,14 @@ class LocalBackend(Backend):
 
     def _refresh_binds(self) -> None:
         self.sandbox.tops = self._layout().binds()
-        if self.sandbox.judge is None:
-            self.sandbox.binds = self._episode_binds()
+        self.sandbox.binds = self._episode_binds()
 
     def _build_step(self, command: str, cwd: str, env: dict[str, str]) -> tuple[str, int | None]:
         """One ``RUN`` step: the image's environment so far, the offline runtime's build no-ops and installers
         first on PATH, in the step's WORKDIR."""
         self._refresh_binds()
         self._ensure_layout()  # a step may have put a link where the writable root has a folder
+        self.sandbox.owner = None  # the build wrote files (COPY) since the last step: hand the copy over again
         if not self._mapped:
             host = self._layout().host_path(cwd)
             cwd = str(host) if host is not None else str(self.scratch / "app")
@@ -250,27 +290,62 @@ class LocalBackend(Backend):
         out, code, timed_out, _wall = self._exec(script, 600.0, {**self._env, **env, "PATH": path})
         return out + ("\n[timed out after 600 s]" if timed_out else ""), code
 
-    def _exec(self, script: str, timeout_s: float, env: dict[str, str]) -> tuple[str, int | None, bool, float]:
-        limits = SandboxLimits(wall_time_s=timeout_s, cpu_time_s=timeout_s, **self._limits)
-        r = self.sandbox.run(["bash", "--noprofile", "--norc", "-c", script], workdir=self.scratch,
-                             env=env, limits=limits, max_output_bytes=_MAX_CAPTURE)
+    def _exec(self, script: str, timeout_s: float, env: dict[str, str], ahead: bool = False
+              ) -> tuple[str, int | None, bool, float]:
+        """Run ``script`` in the agent's sandbox (in the one held ready, when it was set up for this very
+        command); ``ahead``: set up the same one for the next command (only the command file changes) while this
+        one runs. That is safe because no command sees the path of any mount source (:meth:`_workdir`): what the
+        next sandbox mounts is what a fresh one would, whatever this command does."""
+        held, self._held = self._held, None
+        started = self.sandbox.start(["bash", "--noprofile", "--norc", "-c", script], workdir=self._workdir(),
+                                     env=env, limits=self._sandbox_limits(timeout_s), prepared=held)
+        if ahead:
+            self._held = self._prepare(self.sandbox, script, timeout_s, env)
+            if self._tests_ahead:  # the test phase too, once, while the episode's first command runs
+                self._tests_ahead = False
+                self._held_tests = self._test_phase()
+                self._held_tests.prepared = self._prepare(self._judge_sandbox, self._held_tests.script,
+                                                          self.task.max_test_timeout_s, self._held_tests.env)
+        r = self.sandbox.finish(started, max_output_bytes=_MAX_CAPTURE)
         return r.stdout + r.stderr, r.returncode, r.timed_out, r.wall_time_s
 
+    def _run(self, sandbox: Sandbox, script: str, timeout_s: float, env: dict[str, str],
+             prepared: PreparedRun | None = None) -> tuple[str, int | None, bool, float]:
+        r = sandbox.run(["bash", "--noprofile", "--norc", "-c", script], workdir=self._workdir(), env=env,
+                        limits=self._sandbox_limits(timeout_s), max_output_bytes=_MAX_CAPTURE, prepared=prepared)
+        return r.stdout + r.stderr, r.returncode, r.timed_out, r.wall_time_s
+
+    def _workdir(self) -> Path:
+        # The sandbox's own working folder is the session folder: the rest of the scratch copy is mounted folder by
+        # folder (/app, /tests, the writable root), so no command can reach, rename or replace a mount's source.
+        return self.scratch / ".r2v"
+
+    def _prepare(self, sandbox: Sandbox, script: str, timeout_s: float, env: dict[str, str]) -> PreparedRun | None:
+        if not (self.hold_ahead and self._mapped):  # elsewhere there is no set-up to save
+            return None
+        return sandbox.prepare(["bash", "--noprofile", "--norc", "-c", script], workdir=self._workdir(), env=env,
+                               limits=self._sandbox_limits(timeout_s))
+
+    def _sandbox_limits(self, timeout_s: float) -> SandboxLimits:
+        return SandboxLimits(wall_time_s=timeout_s, cpu_time_s=timeout_s, **self._limits)
+
     def _ensure_layout(self) -> None:
-        # The agent may delete anything it can write (even `rm -rf /` reaches the scratch copy): recreate the
-        # mount points and the session folder so the next command still runs. It may also put a symlink in place
-        # of one of them: bubblewrap follows a bind source's links (`ln -s / $SCRATCH/root/srv` would mount the
-        # host's root at /srv) and this process writes the command file into .r2v, so each is a real folder again.
-        for sub in ("app", "tests", ".r2v", "solution", "root"):
-            real_folder(self.scratch / sub, self.scratch)
-        for src, _dst in self.sandbox.tops:  # the task's writable root, emptied but still mounted
-            real_folder(Path(src), self.scratch)
+        # Every mount source and the session folder is a real folder: made again where missing, and a symlink or
+        # file in its place removed (bubblewrap follows a source's links: `ln -s / $SCRATCH/root/srv` would mount
+        # the host's root at /srv, and this process writes the command file into .r2v). Commands cannot reach
+        # these paths (see _workdir), a Dockerfile's steps and the weaker isolation levels can.
+        made = [real_folder(self.scratch / sub, self.scratch) for sub in ("app", "tests", ".r2v", "solution", "root")]
+        made += [real_folder(Path(src), self.scratch) for src, _dst in self.sandbox.tops]
+        if any(made):  # root's: hand the copy over again
+            self.sandbox.owner = None
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
         self._ensure_layout()
         state = self.scratch / ".r2v"
         _write_new(state / "cmd.sh", command + "\n")
-        out, code, timed_out, wall = self._exec(session_script(str(state), self._app()), timeout_s, self._env)
+        self._timeout_s = timeout_s
+        out, code, timed_out, wall = self._exec(session_script(self._session(), self._app()), timeout_s, self._env,
+                                                ahead=True)
         out, cwd = split_cwd(out)
         return CommandResult(out, code, timed_out, wall, cwd)
 
@@ -285,16 +360,26 @@ class LocalBackend(Backend):
         namespace is dead. Elsewhere the verdict is the JUnit XML in a folder the test phase can write:
         ``judge["tamper_proof"]`` is False.
         """
-        task = self.task
         self._ensure_layout()
-        judge = Path(tempfile.mkdtemp(prefix=f"r2v-tb-judge-{task.task_id}-"))
+        if self._held is not None:  # no command follows the tests
+            self._held.discard()
+            self._held = None
+        phase, self._held_tests = self._held_tests, None
+        if phase is None:
+            phase = self._test_phase()
         try:
-            return self._judged(task, judge)
+            return self._judged(phase)
         finally:
-            shutil.rmtree(judge, ignore_errors=True)
+            if phase.prepared is not None:
+                phase.prepared.discard()
+            shutil.rmtree(phase.root, ignore_errors=True)
 
-    def _judged(self, task: TerminalTask, judge: Path) -> TestRun:
-        runtime = build_test_runtime()
+    def _test_phase(self) -> _TestPhase:
+        """The judge's folder (a fresh root-owned copy of the tests, the report and verdict folders) and the test
+        phase's sandbox mounts, environment and script."""
+        task = self.task
+        judge = Path(tempfile.mkdtemp(prefix=f"r2v-tb-judge-{task.task_id}-"))
+        runtime = self._runtime
         tests = judge / "tests"
         shutil.copytree(task.tests_dir, tests, symlinks=False)
         script_name = "test.sh" if task.format == "harbor" else "run-tests.sh"
@@ -308,17 +393,17 @@ class LocalBackend(Backend):
             path.chmod(0o755 if path.is_dir() else 0o644 | (path.stat().st_mode & 0o111))
         for sub in ("out", "home", "logs", "logs/verifier", "logs/agent"):  # fresh, for the test process only
             (judge / sub).chmod(0o1777)
-        daemon = self._mapped and self.sandbox.drops_privileges
-        if daemon:  # the daemon (uid 0 without CAP_DAC_*) starts in the scratch folder: let it traverse
-            self.scratch.chmod(0o711)
+        daemon = self._mapped and self._judge_sandbox.drops_privileges
+        sandbox = self._judge_sandbox
+        sandbox.tops, sandbox.judge = self.sandbox.tops, None
         if self._mapped:
             paths = {"tests": "/tests", "out": f"{JUDGE_DIR}/out", "home": f"{JUDGE_DIR}/home", "rt": RUNTIME_MOUNT}
-            self.sandbox.ro_binds = [(str(tests), "/tests"), (str(runtime), RUNTIME_MOUNT)]
-            self.sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "home"), paths["home"]),
-                                  (str(judge / "logs"), "/logs")]
-            self.sandbox.binds += ([(str(judge / "verdict"), VERDICT_MOUNT),
-                                    (str(judge / "sock"), os.path.dirname(JUDGE_SOCKET))] if daemon
-                                   else [(str(judge / "out"), paths["out"])])
+            sandbox.ro_binds = [(str(tests), "/tests"), (str(runtime), RUNTIME_MOUNT)]
+            sandbox.binds = [(str(self.scratch / "app"), task.workdir), (str(judge / "home"), paths["home"]),
+                             (str(judge / "logs"), "/logs")]
+            sandbox.binds += ([(str(judge / "verdict"), VERDICT_MOUNT),
+                               (str(judge / "sock"), os.path.dirname(JUDGE_SOCKET))] if daemon
+                              else [(str(judge / "out"), paths["out"])])
         else:
             paths = {"tests": str(tests), "out": str(judge / "out"), "home": str(judge / "home"),
                      "rt": str(runtime)}
@@ -328,22 +413,26 @@ class LocalBackend(Backend):
                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         if daemon:
             env["R2V_JUDGE_SOCKET"] = JUDGE_SOCKET
-            self.sandbox.judge = lambda uid: [
+            sandbox.judge = lambda uid: [
                 sys.executable, "-I", f"{RUNTIME_MOUNT}/lib/r2v_judged.py", str(uid), f"{VERDICT_MOUNT}/verdict.jsonl",
                 JUDGE_SOCKET, f"{RUNTIME_MOUNT}/site", "/tests", f"{RUNTIME_MOUNT}/pytest.ini", "--"]
         else:
             env["R2V_JUDGE_OUT"] = paths["out"]
         script = (f"exec 2>&1\ncd {shlex.quote(self._app())}\n"
                   f"bash {shlex.quote(paths['tests'])}/{script_name}\n")
-        try:
-            # Returns once the script has exited and the sandbox's whole PID namespace is killed: only then
-            # is the verdict read, so no process of the test phase is left to change it.
-            out, code, timed_out, wall = self._exec(script, task.max_test_timeout_s, env)
-        finally:
-            self.sandbox.judge = None
-            self.sandbox.binds = self._episode_binds()
-            self.sandbox.ro_binds = self._episode_ro_binds()
-        if daemon:
+        return _TestPhase(judge, tests, script_name, script, env, daemon)
+
+    def _judged(self, phase: _TestPhase) -> TestRun:
+        if phase.daemon:  # the daemon (uid 0 without CAP_DAC_*) starts in the scratch folder: let it traverse
+            self.scratch.chmod(0o711)
+        # Returns once the script has exited and the sandbox's whole PID namespace is killed: only then is the
+        # verdict read, so no process of the test phase is left to change it.
+        held, phase.prepared = phase.prepared, None
+        out, code, timed_out, wall = self._run(self._judge_sandbox, phase.script, self.task.max_test_timeout_s,
+                                               phase.env, held)
+        self.sandbox.owner = None  # the test phase's uid has the copy now
+        judge, tests, script_name = phase.root, phase.tests, phase.script_name
+        if phase.daemon:
             named = named_test_files((tests / script_name).read_text(errors="replace"), tests)
             results, runs = read_verdict(judge / "verdict" / "verdict.jsonl", expected_files=named)
             results = {} if timed_out else results
@@ -355,34 +444,46 @@ class LocalBackend(Backend):
                        judge=_judge_info(judge / "out", results, out, tamper_proof=False))
 
     def close(self) -> None:
+        if self._held is not None:
+            self._held.discard()
+            self._held = None
+        phase, self._held_tests = self._held_tests, None
+        if phase is not None:
+            if phase.prepared is not None:
+                phase.prepared.discard()
+            shutil.rmtree(phase.root, ignore_errors=True)
         if self.scratch is not None:
             _remove_later(self.scratch)
             self.scratch = None
 
 
-def real_folder(path: Path, top: Path) -> None:
+def real_folder(path: Path, top: Path) -> bool:
     """Make ``path`` (inside ``top``, a folder the agent can write) and every folder between them real folders:
-    a symlink or a file in their place is removed first, a missing one made.
+    a symlink or a file in their place is removed first, a missing one made. Whether anything was made.
 
     Example:
         >>> import tempfile
         >>> top = Path(tempfile.mkdtemp())
         >>> (top / "root").symlink_to("/")
-        >>> real_folder(top / "root" / "srv", top)
+        >>> real_folder(top / "root" / "srv", top), real_folder(top / "root" / "srv", top)
+        (True, False)
         >>> (top / "root").is_symlink(), (top / "root" / "srv").is_dir()
         (False, True)
     """
-    cur = top
+    cur, made = top, False
     for part in path.relative_to(top).parts:
         cur = cur / part
         try:
             mode = os.lstat(cur).st_mode
         except FileNotFoundError:
             cur.mkdir()
+            made = True
             continue
         if not stat.S_ISDIR(mode):  # a symlink (to a folder or not) or a file: never followed
             cur.unlink()
             cur.mkdir()
+            made = True
+    return made
 
 
 def _write_new(path: Path, text: str) -> None:

@@ -87,6 +87,10 @@ class Daemon:
         self.verdict = open(verdict_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the daemon
         os.makedirs(os.path.dirname(socket_path), mode=0o755, exist_ok=True)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:  # left by a daemon set up ahead and discarded unused (the folder is root's alone)
+            os.unlink(socket_path)
+        except FileNotFoundError:
+            pass
         self.server.bind(socket_path)
         os.chmod(socket_path, 0o666)
         self.server.listen(64)

@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -80,6 +81,7 @@ def _dist_files(name: str) -> list[tuple[Path, str]]:
     return out
 
 
+@functools.cache  # once per process: it reads package metadata, ~7 ms, and a reset asked for it twice
 def _digest() -> str:
     h = hashlib.sha256()
     for name in ("shim.py", "judge_plugin.py", "judge_daemon.py"):

@@ -134,15 +134,20 @@ def test_hostile_commands_are_contained(env, tmp_path):
     assert "recovered" in obs  # the session still works
 
 
-def test_links_in_place_of_the_sandbox_folders_are_not_followed(env, tmp_path):
-    """The agent owns its scratch copy on the host (its path is in /proc/self/mountinfo): a symlink in place of
-    a bind-mount source must not mount a host folder, and one in place of the command file (or its folder)
-    must not make the host write through it."""
+def test_commands_cannot_reach_the_scratch_copy_nor_its_links_be_followed(env, tmp_path):
+    """The scratch copy lives on the host; commands see its folders only as mounts (/app, /srv, ...), never by
+    its own path, so no command can put a link in place of a mount's source. A link put there anyway (by a
+    Dockerfile's step, or under a weaker isolation level) is removed, not followed, and the command file is
+    never written through one."""
     env.reset(options={"task_id": "greeting-cli"})
     backend = env.unwrapped.backend
     if backend.isolation != "bwrap":
         pytest.skip("bind mounts need bubblewrap")
     scratch, token = backend.scratch, secrets.token_hex(6)
+    obs, *_ = env.step("run awk '$5==\"/app\"{print $4}' /proc/self/mountinfo")
+    assert str(scratch / "app") in obs  # an attacker learns the path...
+    obs, *_ = env.step(f"run ls {scratch}/app {scratch}/root 2>&1 | sed s/^/{token}:/")
+    assert obs.count(f"{token}:ls: cannot access") == 2  # ...but cannot reach it
     host = tmp_path / "host"
     host.mkdir()
     secret = host / f"secret-{secrets.token_hex(6)}"
@@ -150,18 +155,56 @@ def test_links_in_place_of_the_sandbox_folders_are_not_followed(env, tmp_path):
     (host / "target.txt").write_text("untouched")
     host.chmod(0o755)
     secret.chmod(0o644)
-    obs, *_ = env.step("run awk '$5==\"/app\"{print $4}' /proc/self/mountinfo")
-    assert str(scratch / "app") in obs  # what an attacker reads to find the scratch copy
-    obs, *_ = env.step(f"run rm -rf {scratch}/root/srv && ln -s {host} {scratch}/root/srv && echo linked")
-    assert "linked" in obs
+    shutil.rmtree(scratch / "root" / "srv")
+    (scratch / "root" / "srv").symlink_to(host)
     obs, *_ = env.step("run ls -a /srv; cat /srv/*")
     assert token not in obs and secret.name not in obs
-    env.step(f"run ln -sf {host}/target.txt {scratch}/.r2v/cmd.sh")
+    (scratch / ".r2v" / "cmd.sh").unlink()
+    (scratch / ".r2v" / "cmd.sh").symlink_to(host / "target.txt")
     obs, *_ = env.step("run echo after-link")
-    assert "after-link" in obs and (host / "target.txt").read_text() == "untouched"
-    env.step(f"run cd /app && rm -rf {scratch}/.r2v && ln -s {host} {scratch}/.r2v")
+    assert "\nafter-link" in obs and (host / "target.txt").read_text() == "untouched"
+    shutil.rmtree(scratch / ".r2v")
+    (scratch / ".r2v").symlink_to(host)
     obs, *_ = env.step("run echo after-folder-link")
-    assert "after-folder-link" in obs and sorted(p.name for p in host.iterdir()) == sorted([secret.name, "target.txt"])
+    assert "\nafter-folder-link" in obs and sorted(p.name for p in host.iterdir()) == sorted([secret.name, "target.txt"])
+
+
+def test_each_episode_runs_as_a_user_of_its_own(env):
+    """One unprivileged uid per episode (a fork bomb's count of processes cannot reach into the next episode),
+    the same for all of its commands (the scratch copy is handed over once)."""
+    if not env.unwrapped.backend.sandbox.drops_privileges:
+        pytest.skip("the uid drop needs bubblewrap started by root")
+    uids = []
+    for _ in range(2):
+        env.reset(options={"task_id": "greeting-cli"})
+        uids.append([env.step("run id -u")[0].splitlines()[-2] for _ in range(2)])
+    assert uids[0][0] == uids[0][1] and uids[1][0] == uids[1][1] and uids[0][0] != uids[1][0]
+    assert int(uids[0][0]) > 0
+
+
+def test_sandboxes_set_up_ahead_change_nothing_but_time():
+    """Each command runs in the sandbox set up while the previous one ran, the test phase under the daemon set
+    up at reset; the episode's observations and verdict are those of sandboxes set up on demand."""
+    runs = {}
+    for ahead in (True, False):
+        e = make(split="all", backend=backends.LocalBackend(hold_ahead=ahead))
+        backend = e.unwrapped.backend
+        obs, info = e.reset(options={"task_id": "word-frequency"})
+        observations, used = [obs], []
+        for action in ["run echo $((6 * 7)) > n.txt; cd /tmp", "run pwd; cat /app/n.txt; cd /app", *[None] * 20]:
+            held = backend._held
+            obs, reward, terminated, _truncated, info = e.step(action or info["expert_action"])
+            observations.append(obs)
+            used.append(held is not None and held.used)
+            if terminated:
+                break
+        runs[ahead] = (observations, reward, info["outcome"], info["judge"]["report"])
+        if ahead and backend.isolation == "bwrap":
+            assert all(used[1:]) and not used[0]  # the first command of the first episode: nothing to hold yet
+        e.close()
+        assert backend._held is None and backend._held_tests is None
+    assert runs[True] == runs[False] and runs[True][1] == 1.0
+    assert "/tmp\n" in runs[True][0][2] and "42" in runs[True][0][2]
 
 
 def test_same_seed_same_observations_under_default_perturbations():
