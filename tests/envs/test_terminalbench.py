@@ -191,7 +191,8 @@ def test_sandboxes_set_up_ahead_change_nothing_but_time():
         backend = e.unwrapped.backend
         obs, info = e.reset(options={"task_id": "word-frequency"})
         observations, used = [obs], []
-        for action in ["run echo $((6 * 7)) > n.txt; cd /tmp", "run pwd; cat /app/n.txt; cd /app", *[None] * 20]:
+        for action in ["run echo $((6 * 7)) > n.txt; cd /tmp", "run pwd; cat /app/n.txt; cd /app",
+                       "run cat < no-such-file", *[None] * 20]:
             held = backend._held
             obs, reward, terminated, _truncated, info = e.step(action or info["expert_action"])
             observations.append(obs)
@@ -203,8 +204,9 @@ def test_sandboxes_set_up_ahead_change_nothing_but_time():
             assert all(used[1:]) and not used[0]  # the first command of the first episode: nothing to hold yet
         e.close()
         assert backend._held is None and backend._held_tests is None
-    assert runs[True] == runs[False] and runs[True][1] == 1.0
+    assert runs[True] == runs[False] and runs[True][1] == 1.0  # two episodes, two scratch copies: same bytes
     assert "/tmp\n" in runs[True][0][2] and "42" in runs[True][0][2]
+    assert "no-such-file: No such file or directory" in runs[True][0][3]  # no host path in the message
 
 
 def test_same_seed_same_observations_under_default_perturbations():
