@@ -456,6 +456,14 @@ class LocalBackend(Backend):
             _remove_later(self.scratch)
             self.scratch = None
 
+    def __del__(self) -> None:
+        # An env dropped without close() must not leave its waiting sandboxes (and the judge's daemon, ~40 MB)
+        # until the interpreter exits.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at collection or interpreter exit nothing can be reported
+            pass
+
 
 def real_folder(path: Path, top: Path) -> bool:
     """Make ``path`` (inside ``top``, a folder the agent can write) and every folder between them real folders:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import secrets
 import shutil
 import time
@@ -180,6 +181,23 @@ def test_each_episode_runs_as_a_user_of_its_own(env):
         uids.append([env.step("run id -u")[0].splitlines()[-2] for _ in range(2)])
     assert uids[0][0] == uids[0][1] and uids[1][0] == uids[1][1] and uids[0][0] != uids[1][0]
     assert int(uids[0][0]) > 0
+
+
+def test_an_env_dropped_without_close_leaves_no_sandbox_waiting():
+    e = make(split="all")
+    e.reset(options={"task_id": "word-frequency"})
+    e.step("run true")
+    backend = e.unwrapped.backend
+    held = [backend._held, backend._held_tests and backend._held_tests.prepared]
+    pids = [h.proc.pid for h in held if h is not None]
+    if backend.isolation == "bwrap":
+        assert len(pids) == (2 if backend.sandbox.drops_privileges else 1)
+    del e, backend, held
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
 def test_sandboxes_set_up_ahead_change_nothing_but_time():
