@@ -444,6 +444,12 @@ class LocalBackend(Backend):
                        judge=_judge_info(judge / "out", results, out, tamper_proof=False))
 
     def close(self) -> None:
+        self._end_held()
+        if self.scratch is not None:
+            _remove_later(self.scratch)
+            self.scratch = None
+
+    def _end_held(self) -> None:
         if self._held is not None:
             self._held.discard()
             self._held = None
@@ -452,15 +458,12 @@ class LocalBackend(Backend):
             if phase.prepared is not None:
                 phase.prepared.discard()
             shutil.rmtree(phase.root, ignore_errors=True)
-        if self.scratch is not None:
-            _remove_later(self.scratch)
-            self.scratch = None
 
     def __del__(self) -> None:
         # An env dropped without close() must not leave its waiting sandboxes (and the judge's daemon, ~40 MB)
-        # until the interpreter exits.
+        # until the interpreter exits. Not close(): that may start a thread, which hangs at interpreter exit.
         try:
-            self.close()
+            self._end_held()
         except Exception:  # noqa: BLE001 - at collection or interpreter exit nothing can be reported
             pass
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import secrets
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -198,6 +200,14 @@ def test_an_env_dropped_without_close_leaves_no_sandbox_waiting():
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_the_interpreter_exits_with_an_env_left_open():
+    code = ("import gymnasium as gym, r2v_envs\n"
+            "e = gym.make('R2V/TerminalBench-v0', seed=0, backend='local', split='all', perturbations=None)\n"
+            "e.reset(options={'task_id': 'word-frequency'}); e.step('run true'); print('left open')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "left open\n", r.stderr
 
 
 def test_sandboxes_set_up_ahead_change_nothing_but_time():
