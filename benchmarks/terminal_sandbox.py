@@ -35,7 +35,8 @@ class PlainBackend(LocalBackend):
         super().__init__(isolation="rlimit", hold_ahead=False)
         self.isolation = "none"
 
-    def _run(self, sandbox, script, timeout_s, env, prepared=None):
+    def _run(self, sandbox, script, timeout_s, env, prepared=None, meanwhile=None):
+        # every script of the backend (commands, build steps, the tests) comes through here
         start = time.monotonic()
         try:
             r = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=self.scratch, env={

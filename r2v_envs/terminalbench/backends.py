@@ -297,22 +297,25 @@ class LocalBackend(Backend):
         one runs. That is safe because no command sees the path of any mount source (:meth:`_workdir`): what the
         next sandbox mounts is what a fresh one would, whatever this command does."""
         held, self._held = self._held, None
-        started = self.sandbox.start(["bash", "--noprofile", "--norc", "-c", script], workdir=self._workdir(),
-                                     env=env, limits=self._sandbox_limits(timeout_s), prepared=held)
-        if ahead:
-            self._held = self._prepare(self.sandbox, script, timeout_s, env)
-            if self._tests_ahead:  # the test phase too, once, while the episode's first command runs
-                self._tests_ahead = False
-                self._held_tests = self._test_phase()
-                self._held_tests.prepared = self._prepare(self._judge_sandbox, self._held_tests.script,
-                                                          self.task.max_test_timeout_s, self._held_tests.env)
-        r = self.sandbox.finish(started, max_output_bytes=_MAX_CAPTURE)
-        return r.stdout + r.stderr, r.returncode, r.timed_out, r.wall_time_s
+        meanwhile = (lambda: self._set_up_ahead(script, timeout_s, env)) if ahead else None
+        return self._run(self.sandbox, script, timeout_s, env, held, meanwhile)
+
+    def _set_up_ahead(self, script: str, timeout_s: float, env: dict[str, str]) -> None:
+        self._held = self._prepare(self.sandbox, script, timeout_s, env)
+        if self._tests_ahead:  # the test phase too, once, while the episode's first command runs
+            self._tests_ahead = False
+            phase = self._held_tests = self._test_phase()
+            phase.prepared = self._prepare(self._judge_sandbox, phase.script, self.task.max_test_timeout_s, phase.env)
 
     def _run(self, sandbox: Sandbox, script: str, timeout_s: float, env: dict[str, str],
-             prepared: PreparedRun | None = None) -> tuple[str, int | None, bool, float]:
-        r = sandbox.run(["bash", "--noprofile", "--norc", "-c", script], workdir=self._workdir(), env=env,
-                        limits=self._sandbox_limits(timeout_s), max_output_bytes=_MAX_CAPTURE, prepared=prepared)
+             prepared: PreparedRun | None = None, meanwhile: Callable[[], None] | None = None
+             ) -> tuple[str, int | None, bool, float]:
+        """The one place a script runs: ``meanwhile`` is called once it has started, before it is waited for."""
+        started = sandbox.start(_shell(script), workdir=self._workdir(), env=env,
+                                limits=self._sandbox_limits(timeout_s), prepared=prepared)
+        if meanwhile is not None:
+            meanwhile()
+        r = sandbox.finish(started, max_output_bytes=_MAX_CAPTURE)
         return r.stdout + r.stderr, r.returncode, r.timed_out, r.wall_time_s
 
     def _workdir(self) -> Path:
@@ -323,8 +326,7 @@ class LocalBackend(Backend):
     def _prepare(self, sandbox: Sandbox, script: str, timeout_s: float, env: dict[str, str]) -> PreparedRun | None:
         if not (self.hold_ahead and self._mapped):  # elsewhere there is no set-up to save
             return None
-        return sandbox.prepare(["bash", "--noprofile", "--norc", "-c", script], workdir=self._workdir(), env=env,
-                               limits=self._sandbox_limits(timeout_s))
+        return sandbox.prepare(_shell(script), workdir=self._workdir(), env=env, limits=self._sandbox_limits(timeout_s))
 
     def _sandbox_limits(self, timeout_s: float) -> SandboxLimits:
         return SandboxLimits(wall_time_s=timeout_s, cpu_time_s=timeout_s, **self._limits)
@@ -466,6 +468,10 @@ class LocalBackend(Backend):
             self._end_held()
         except Exception:  # noqa: BLE001 - at collection or interpreter exit nothing can be reported
             pass
+
+
+def _shell(script: str) -> list[str]:
+    return ["bash", "--noprofile", "--norc", "-c", script]
 
 
 def real_folder(path: Path, top: Path) -> bool:

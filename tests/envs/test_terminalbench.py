@@ -210,6 +210,24 @@ def test_the_interpreter_exits_with_an_env_left_open():
     assert r.returncode == 0 and r.stdout == "left open\n", r.stderr
 
 
+def test_every_script_runs_through_one_method():
+    """benchmarks/terminal_sandbox.py measures a plain backend by overriding LocalBackend._run: commands and the
+    test phase must all come through it."""
+    seen = []
+
+    class Recording(backends.LocalBackend):
+        def _run(self, sandbox, script, timeout_s, env, prepared=None, meanwhile=None):
+            seen.append(script)
+            return super()._run(sandbox, script, timeout_s, env, prepared, meanwhile)
+
+    e = make(split="all", backend=Recording())
+    e.reset(options={"task_id": "greeting-cli"})
+    e.step("run echo hi")
+    e.step("mark_task_complete")
+    e.close()
+    assert len(seen) == 2 and "cmd.sh" in seen[0] and "/tests/" in seen[1]
+
+
 def test_sandboxes_set_up_ahead_change_nothing_but_time():
     """Each command runs in the sandbox set up while the previous one ran, the test phase under the daemon set
     up at reset; the episode's observations and verdict are those of sandboxes set up on demand."""
