@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # end to end: a Ray cluster
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.teachers import OracleTeacher
 from r2v_envs.errors import UnknownChoiceError
-from tests.agents.test_runner import NoisyExpert, config, shard_bytes
+from tests.support.scripted_runs import NoisyExpert, config, shard_bytes
 
 KILL_MARKER = "R2V_TEST_RAY_KILL_MARKER"
 

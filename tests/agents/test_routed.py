@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 
 import r2v_envs  # noqa: F401
-from r2v_agents.policy import Candidate
 from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import AlwaysLLM, AlwaysSLM, HeuristicRouter, OracleRouter
 from r2v_agents.runner import RunConfig, run
@@ -16,24 +13,9 @@ from r2v_agents.shards import load_rows
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig, OracleTeacher
 from r2v_agents.verifiers.textworld import TextWorldVerifier
+from tests.support.prompt_sampler import PromptSampler
 
 TASKS = tuple(f"scripted-{i}" for i in range(1, 7))
-
-
-class PromptSampler:
-    """Test double for a model: K candidates drawn from the admissible actions listed in the prompt, with
-    made-up token statistics, a deterministic function of the prompt (a weak, noisy policy)."""
-
-    def sample(self, prompts, k):
-        out = []
-        for p in prompts:
-            line = next((ln for ln in p.splitlines() if ln.startswith("Admissible actions: ")), "")
-            acts = line.removeprefix("Admissible actions: ").split(" | ") if line else ["look"]
-            rng = np.random.default_rng(zlib.crc32(p.encode()))
-            picks = rng.choice(acts, size=k)
-            out.append([Candidate(str(a), -float(rng.random()), (-float(rng.random()),), (float(rng.random()),))
-                        for a in picks])
-        return out
 
 
 def slm() -> SLMPolicy:

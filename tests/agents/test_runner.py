@@ -8,57 +8,17 @@ import subprocess
 import sys
 import textwrap
 import time
-import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import r2v_envs  # noqa: F401
 from r2v_agents.features import N_FEATURES
 from r2v_agents.policy import BatchPolicy, Decision
-from r2v_agents.runner import RunConfig, run
+from r2v_agents.runner import run
 from r2v_agents.shards import contexts_from_steps, load_dataset, load_rows
 from r2v_agents.teachers import OracleTeacher
-
-ENV = "R2V/Scripted-v0"
-TASKS = tuple(f"scripted-{i}" for i in range(6))
-SEEDS = (0, 1, 2)
-
-
-class NoisyExpert(BatchPolicy):
-    """The expert, except a deterministic pseudo-random ~25% of steps take another admissible action.
-
-    Depends only on the context (episode id, step, observation), so logs must not depend on scheduling."""
-
-    name = "noisy-expert"
-    sees_oracle = True
-
-    def __init__(self, sleep_s: float = 0.0):
-        self.sleep_s = sleep_s
-
-    def act_batch(self, contexts, infos):
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
-        out = []
-        for ctx, info in zip(contexts, infos):
-            h = zlib.crc32(f"{ctx.extra['episode_id']}|{ctx.step}|{ctx.observation}".encode())
-            options = sorted(ctx.admissible_actions or ["look"])
-            action = info["expert_action"] if h % 4 else options[h % len(options)]
-            feats = np.full(N_FEATURES, (h % 1000) / 1000.0, dtype=np.float32)
-            out.append(Decision(action=action, source="slm", features=feats, router_prob=float(feats[0])))
-        return out
-
-
-def config(out: Path, **kw) -> RunConfig:
-    base = dict(task_ids=TASKS, seeds=SEEDS, env_kwargs={"perturbations": "composite"}, max_steps=8,
-                progress=False, shard_episodes=5)
-    base.update(kw)
-    return RunConfig(ENV, str(out), **base)
-
-
-def shard_bytes(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.glob("*.parquet"))}
+from tests.support.scripted_runs import SEEDS, TASKS, NoisyExpert, config, shard_bytes
 
 
 def test_runner_is_deterministic_across_reruns_and_worker_counts(tmp_path):
@@ -187,8 +147,8 @@ def test_unknown_task_is_a_clear_error(tmp_path):
 
 SCRIPT = """
 import sys
-sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
-from test_runner import NoisyExpert, config
+sys.path.insert(0, {root!r})
+from tests.support.scripted_runs import NoisyExpert, config
 from r2v_agents.runner import run
 from pathlib import Path
 run(NoisyExpert(sleep_s={sleep}), config(Path({out!r}), shard_episodes=2, workers={workers}, envs_per_worker=2,
@@ -200,8 +160,8 @@ run(NoisyExpert(sleep_s={sleep}), config(Path({out!r}), shard_episodes=2, worker
 def test_sigkill_then_resume_loses_nothing_and_leaves_no_corrupt_file(tmp_path, in_workers):
     ref, out = tmp_path / "ref", tmp_path / "killed"
     run(NoisyExpert(), config(ref, shard_episodes=2))
-    root, tests = str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)
-    script = textwrap.dedent(SCRIPT.format(root=root, tests=tests, out=str(out), sleep=0.01, workers=1,
+    root = str(Path(__file__).resolve().parents[2])
+    script = textwrap.dedent(SCRIPT.format(root=root, out=str(out), sleep=0.01, workers=1,
                                              in_workers=in_workers))
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.time() + 60

@@ -15,7 +15,7 @@ from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_agents.slm import SLMPolicy  # noqa: E402
 from r2v_agents.teachers import OracleTeacher  # noqa: E402
 from r2v_agents.verifiers.textworld import TextWorldVerifier  # noqa: E402
-from tests.agents.test_routed import PromptSampler  # noqa: E402
+from tests.support.prompt_sampler import PromptSampler  # noqa: E402
 
 GAMES = ("tw-coin_collector-easy-000", "tw-cooking-easy-000")
 KW = {"suite": "small", "split": "all", "perturbations": "composite"}
