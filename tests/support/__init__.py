@@ -1,5 +1,6 @@
-"""Shared test support: paths, miniature runs, tiny models, router rows, an OpenAI-compatible test server and
-process helpers (one module each)."""
+"""Shared test support, one module per concept: paths (here), miniature runs, tiny models, router rows, the
+runner tests' scripted runs, a stand-in sampler, perturbation traces, an OpenAI-compatible test server and process
+helpers. Test modules import helpers from here, never from one another."""
 
 from pathlib import Path
 

@@ -9,8 +9,7 @@ import pytest
 
 from r2v_envs.errors import PerturbationConfigError, UnknownChoiceError
 from r2v_envs.perturbations import WRAPPERS
-
-from .helpers import oracle_view, run_script
+from tests.support.perturbed_traces import oracle_view, run_script
 
 SEED = 11
 OTHER_SEED = 12

@@ -1,4 +1,5 @@
-"""Shared helpers for the perturbation tests: run a fixed action script on the scripted env."""
+"""Traces of a fixed action script on the scripted env under perturbations, and the oracle keys no perturbation
+may touch (the perturbation tests' helpers)."""
 
 from __future__ import annotations
 
