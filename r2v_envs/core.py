@@ -97,10 +97,10 @@ def cache_dir(kind: str) -> Path:
     """Where generated benchmark data of ``kind`` is cached: ``$R2V_CACHE/<kind>`` (default ``~/.cache/r2v``).
 
     Example:
-        >>> import os; os.environ["R2V_CACHE"] = "/tmp/r2v-doc"
-        >>> str(cache_dir("textworld"))
+        >>> import os; from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"R2V_CACHE": "/tmp/r2v-doc"}):   # restores the caller's cache
+        ...     str(cache_dir("textworld"))
         '/tmp/r2v-doc/textworld'
-        >>> del os.environ["R2V_CACHE"]
     """
     root = os.environ.get("R2V_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "r2v")
     return Path(root) / kind

@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from r2v_envs.core import cache_dir
 from r2v_envs.errors import BackendUnavailableError
 from r2v_envs.fileio import atomic_write
 
 OVERRIDE_VAR = "HUMANEVAL_OVERRIDE_PATH"
-CACHE_VAR = "R2V_CACHE"
 N_TASKS = 164
 # Fields a judge needs; the prompt and canonical solution stay with the env.
 JUDGE_FIELDS = ("task_id", "entry_point", "atol", "base_input", "plus_input")
@@ -40,7 +40,7 @@ HOW_TO_GET = (
 
 
 def cache_root() -> str:
-    return os.path.join(os.path.expanduser(os.environ.get(CACHE_VAR, "~/.cache/r2v")), "humaneval")
+    return str(cache_dir("humaneval"))
 
 
 def _require_evalplus() -> None:
