@@ -55,31 +55,34 @@ def test_dpo_with_consistency_trains_logs_and_reloads(tiny, tmp_path, coef):
 
     tok, data = tiny
     trainer, model = make_trainer(tok, data, tmp_path, coef)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    # on the CPU: the trainer puts the model (and the reference) on CUDA where torch sees a GPU
+    before = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 4
     assert all(math.isfinite(h["loss"]) and math.isfinite(h["consistency/jsd"]) for h in logs)
     assert all(h["consistency/jsd"] >= 0 for h in logs) and any(h["consistency/jsd"] > 0 for h in logs)
     assert logs[-1]["rewards/margins"] > 0  # DPO moved chosen above rejected
-    assert sum(float((p.detach() - before[n]).abs().sum()) for n, p in model.named_parameters()) > 0
-    assert all(torch.equal(p, before[n]) for n, p in trainer.ref_model.named_parameters())  # reference frozen
-    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-4")
+    trained = {n: p.detach().cpu() for n, p in model.named_parameters()}
+    assert sum(float((p - before[n]).abs().sum()) for n, p in trained.items()) > 0
+    assert all(torch.equal(p.cpu(), before[n]) for n, p in trainer.ref_model.named_parameters())  # reference frozen
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-4")  # loads on the CPU
     for name, p in reloaded.named_parameters():
-        assert torch.allclose(p, dict(model.named_parameters())[name].detach())
+        assert torch.allclose(p, trained[name])
 
 
 def test_consistency_term_is_the_candidate_set_jsd_and_enters_the_loss(tiny, tmp_path):
     tok, data = tiny
     trainer, model = make_trainer(tok, data, tmp_path, coef=0.2)
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    device = model.device  # where the trainer put it: CUDA where torch sees a GPU
+    batch = {k: v.to(device) for k, v in trainer.data_collator([trainer.train_dataset[i] for i in range(4)]).items()}
     assert {"cons_input_ids", "cons_pair", "cons_cand"} <= set(batch)
     assert int(batch["cons_pair"].max()) == 2  # 3 of the 4 rows have a second view
     value = trainer.consistency_jsd(model, {k: v for k, v in batch.items() if k.startswith("cons_")})
 
     # by hand: log pi(a + EOS | view) for every candidate, softmax over the candidate set, JSD of the two views
     def seq_logp(prompt_ids, action_ids):
-        ids = torch.tensor([prompt_ids + action_ids])
+        ids = torch.tensor([prompt_ids + action_ids], device=device)
         with torch.no_grad():
             logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
         return float(logp[len(prompt_ids) - 1:].sum())
