@@ -39,6 +39,7 @@ from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import pad
 
+from r2v_train.chain.saving import bf16_default
 from r2v_train.router.losses import jsd
 
 VIEW_COLUMN, CANDIDATES_COLUMN = "prompt_alt", "candidates"
@@ -65,7 +66,7 @@ class ConsistencyDPOConfig(DPOConfig):
         if self.consistency_coef < 0:
             raise ValueError(f"consistency_coef must be >= 0; got {self.consistency_coef}")
         if self.bf16 is None:
-            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+            self.bf16 = bf16_default(None)
         super().__post_init__()
 
 

@@ -95,15 +95,19 @@ def save_model_atomically(model: Any, tokenizer: Any, final: str, info: Mapping[
 
 
 def cuda_available() -> bool:
+    """Whether training goes to CUDA: torch sees a GPU and ``accelerate launch --cpu`` did not ask for the CPU (the
+    launcher says so in ``ACCELERATE_USE_CPU``; the Trainer then trains on the CPU, which must not get GPU bf16)."""
     import torch
 
-    return torch.cuda.is_available()
+    forced_cpu = os.environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "true", "yes", "y", "t", "on")
+    return torch.cuda.is_available() and not forced_cpu
 
 
 def bf16_default(flag: bool | None) -> bool:
-    """``flag`` if set, else bf16 only where CUDA supports it (TRL's default True fails on CPU)."""
+    """``flag`` if set, else bf16 only where training goes to a CUDA device that supports it (TRL's default True
+    fails on CPU)."""
     if flag is not None:
         return flag
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return cuda_available() and torch.cuda.is_bf16_supported()

@@ -55,3 +55,5 @@ def test_precision_and_device_follow_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert cuda_available() and bf16_default(None)
     assert not bf16_default(False)  # a config's explicit choice wins
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")  # `accelerate launch --cpu` on a GPU machine: the CPU path
+    assert not cuda_available() and not bf16_default(None)
