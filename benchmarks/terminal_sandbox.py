@@ -23,7 +23,7 @@ import gymnasium as gym
 
 import r2v_envs  # noqa: F401
 from r2v_envs.terminalbench.backends import LocalBackend
-from r2v_envs.terminalbench.tasks import load_suite
+from r2v_envs.terminalbench.task import load_suite
 
 
 class PlainBackend(LocalBackend):

@@ -23,7 +23,7 @@ import gymnasium as gym
 
 import r2v_envs  # noqa: F401
 from r2v_envs.errors import TaskEnvironmentError
-from r2v_envs.terminalbench.build import TaskLoadError
+from r2v_envs.terminalbench.backends import TaskLoadError
 from r2v_envs.terminalbench.hacks import HACKS
 
 

@@ -18,10 +18,18 @@ Levels, strongest first (detected at run time by :func:`r2v_envs.isolation.avail
 :data:`ISOLATION_GUARANTEES` lists what each level contains; tests check exactly those.
 
 Every level applies the rlimits of :class:`SandboxLimits` (CPU time, address space, file size, open files,
-processes; core dumps off), a wall-clock deadline after which the process tree is killed, and a minimal
-environment (no host secrets) unless ``env`` adds variables. The rlimits are set by util-linux ``prlimit``, exec'd
-first inside the sandbox (before the uid drop), so the caller is ``vfork``-ed whatever its size; a ``preexec_fn``
-sets them where ``prlimit`` is missing.
+processes; core dumps off; :mod:`r2v_envs.resources`), a wall-clock deadline after which the process tree is killed,
+and a minimal environment (no host secrets) unless ``env`` adds variables. Where a root caller can make cgroups
+(:mod:`r2v_envs.cgroups`), each run's tree lives in one: its process count, and its CPU bandwidth and memory when
+the limits ask (``cpus``, ``tree_memory_bytes``), are bounded for the tree as a whole, and a run ends only once
+every process of its tree has exited; elsewhere a tree with such limits runs at a lower CPU priority.
+
+Under bubblewrap a :class:`~r2v_envs.isolation.MountPlan` (``mounts=``) adds mounts and keeps capabilities; a
+caller that gives ``uid=`` runs the command as that unprivileged uid (its own files are its business), else each
+run gets a throw-away uid and the workdir is handed to it; ``as_root=True`` shows that uid to the command as root, in
+a user namespace that maps it to 0 (as in a container: ``ls -l`` says ``root``, and the command may write its own
+read-only files), while the host still sees the unprivileged uid; ``launcher=`` starts a program of the caller's in
+place of the uid drop (one that drops to ``{uid}`` itself).
 
 :meth:`Sandbox.prepare` sets a command's sandbox up ahead, held at a gate before its first instruction, for a
 later :meth:`Sandbox.run` of the same command to skip the set-up (``prepared=``); :meth:`Sandbox.start` and
@@ -43,31 +51,33 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import resource
 import secrets
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from r2v_envs.cgroups import TreeGroup, cgroup_version
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.isolation import (
     ISOLATIONS,
+    MountPlan,
     available_isolations,
     bwrap_mount_args,
     bwrap_namespace_args,
     default_readonly_paths,
     unshare_args,
 )
+from r2v_envs.processes import chown_tree, communicate, kill_marked, kill_tree
+from r2v_envs.resources import FALLBACK_NICE, SandboxLimits, apply_rlimits, prlimit_prefix, rlimit_values
+
+__all__ = ["ISOLATION_GUARANTEES", "MountPlan", "PreparedRun", "Sandbox", "SandboxLimits", "SandboxProcess",
+           "SandboxResult", "available_isolations", "minimal_env"]
 
 # Unprivileged uids a root caller drops to: one per run, so concurrent sandboxes do not share an NPROC count.
 _UID_RANGE = (200_000, 900_000)
-_DRAIN_GRACE_S = 0.5  # after the main process exits, how long to wait for EOF on its pipes
-_CHUNK = 65536
 MARKER_VAR = "R2V_SANDBOX_RUN"
 # What each level contains ("processes": fork bombs stopped by RLIMIT_NPROC needs an unprivileged uid, see
 # Sandbox.limits_processes; "tree_kill": escaped setsid children die; "filesystem": only workdir writable,
@@ -77,25 +87,6 @@ ISOLATION_GUARANTEES: dict[str, frozenset[str]] = {
     "unshare": frozenset({"rlimits", "tree_kill", "network", "environment"}),
     "rlimit": frozenset({"rlimits", "tree_kill", "environment"}),
 }
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of one sandboxed command (each is enforced by the kernel, not by polling)."""
-
-    wall_time_s: float = 10.0  # wall-clock deadline; the whole process tree is killed after it
-    cpu_time_s: float = 10.0  # RLIMIT_CPU (SIGXCPU, then SIGKILL one second later)
-    memory_bytes: int = 1 << 30  # RLIMIT_AS, per process
-    file_size_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file a process may write
-    max_open_files: int = 256  # RLIMIT_NOFILE
-    max_processes: int = 128  # RLIMIT_NPROC (enforced only for an unprivileged uid: see the module doc)
-    network: bool = False  # keep the host network (otherwise a namespace without interfaces where available)
-
-    def __post_init__(self) -> None:
-        for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "max_open_files",
-                     "max_processes"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -134,6 +125,20 @@ def _user_process_count() -> int:
     return n
 
 
+@dataclass(frozen=True)
+class _Spec:
+    """Everything a command's sandbox is set up from (what a held one must match to be used)."""
+
+    argv: tuple[str, ...]
+    workdir: str
+    env: tuple[tuple[str, str], ...]
+    limits: SandboxLimits
+    mounts: MountPlan
+    uid: int | None  # the caller's uid for the command (None: a throw-away one per run, given the workdir)
+    launcher: tuple[str, ...]
+    as_root: bool
+
+
 class Sandbox:
     """Runs commands under the chosen isolation level (``"auto"``: the strongest available).
 
@@ -157,9 +162,10 @@ class Sandbox:
         self.readonly_paths = [*default_readonly_paths(), *(os.path.realpath(p) for p in readonly_paths)]
         # Root is exempt from RLIMIT_NPROC; bwrap can drop to an unprivileged uid after mounting (module doc).
         self.drops_privileges = isolation == "bwrap" and os.geteuid() == 0
-        self.workdir_at: str | None = None  # where workdir appears under bwrap (its own path by default)
         self._setpriv = shutil.which("setpriv")
         self._prlimit = shutil.which("prlimit")
+        self._nice = shutil.which("nice")
+        self._unshare = shutil.which("unshare")
         self._wrapper = shutil.which(isolation) if isolation in ("bwrap", "unshare") else None  # once: ~0.1 ms
 
     def __repr__(self) -> str:
@@ -173,14 +179,25 @@ class Sandbox:
 
     @property
     def limits_processes(self) -> bool:
-        """Whether ``max_processes`` is enforced (a fork bomb is stopped by the kernel, not only the deadline)."""
-        return os.geteuid() != 0 or self.drops_privileges
+        """Whether ``max_processes`` is enforced (a fork bomb is stopped by the kernel, not only the deadline): by
+        RLIMIT_NPROC for an unprivileged uid, or by the tree's cgroup (``pids.max``) for any uid."""
+        return os.geteuid() != 0 or self.drops_privileges or cgroup_version() is not None
+
+    def fresh_uid(self) -> int | None:
+        """A throw-away unprivileged uid for a caller that runs several commands as one (``uid=``); None when this
+        sandbox does not drop privileges."""
+        if not self.drops_privileges:
+            return None
+        return _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
 
     # ------------------------------------------------------------------------------------------ run
     def run(self, argv: Sequence[str], *, workdir: str | os.PathLike, stdin: str | None = None,
             env: Mapping[str, str] | None = None, limits: SandboxLimits | None = None,
-            max_output_bytes: int = 1_000_000, prepared: PreparedRun | None = None) -> SandboxResult:
-        """Run ``argv`` in ``workdir`` (the only writable place) and return its output and status.
+            max_output_bytes: int = 1_000_000, prepared: PreparedRun | None = None,
+            mounts: MountPlan = MountPlan(), uid: int | None = None, launcher: Sequence[str] = (),
+            as_root: bool = False) -> SandboxResult:
+        """Run ``argv`` in ``workdir`` (the only writable place, with ``mounts``' binds) and return its output and
+        status.
 
         ``env`` adds to (and overrides) :func:`minimal_env`. Output beyond ``max_output_bytes`` per stream is
         dropped (``output_truncated``). ``prepared`` (from :meth:`prepare`) is used when it was started for this
@@ -188,147 +205,137 @@ class Sandbox:
         either way. Never raises for anything the command does. ``start`` then ``finish`` do the same in two
         halves, for work to be done while the command runs.
         """
-        return self.finish(self.start(argv, workdir=workdir, stdin=stdin, env=env, limits=limits,
-                                      prepared=prepared), max_output_bytes=max_output_bytes)
+        return self.finish(self.start(argv, workdir=workdir, stdin=stdin, env=env, limits=limits, prepared=prepared,
+                                      mounts=mounts, uid=uid, launcher=launcher, as_root=as_root),
+                           max_output_bytes=max_output_bytes)
 
     def start(self, argv: Sequence[str], *, workdir: str | os.PathLike, stdin: str | None = None,
               env: Mapping[str, str] | None = None, limits: SandboxLimits | None = None,
-              prepared: PreparedRun | None = None) -> Started:
+              prepared: PreparedRun | None = None, mounts: MountPlan = MountPlan(), uid: int | None = None,
+              launcher: Sequence[str] = (), as_root: bool = False) -> Started:
         """The first half of :meth:`run`: the command is running when this returns."""
-        limits = limits or self.limits
-        workdir = _check_args(argv, workdir)
+        spec = self._spec(argv, workdir, env, limits, mounts, uid, launcher, as_root)
         start = time.monotonic()
-        proc = None
         if prepared is not None:
-            proc = prepared.take(self, list(argv), workdir, env, limits)
-            if proc is None:
-                prepared.discard()
-        if proc is not None:
-            start = time.monotonic()
-            try:
-                os.write(proc.popen.stdin.fileno(), _GO.encode())  # the gate's line: the command starts now
-            except OSError:  # it is gone: finish() reports how it ended
-                pass
-            return Started(proc, stdin, start + limits.wall_time_s, start)
+            proc = prepared.take(self, spec)
+            if proc is not None:
+                start = time.monotonic()
+                try:
+                    os.write(proc.popen.stdin.fileno(), _GO.encode())  # the gate's line: the command starts now
+                except OSError:  # it is gone: finish() reports how it ended
+                    pass
+                return Started(proc, stdin, start + spec.limits.wall_time_s, start)
+            prepared.discard()
         try:
-            proc = self.spawn(argv, workdir=workdir, env=env, limits=limits)
+            proc = self._spawn(spec, gated=False)
         except OSError as exc:  # e.g. the program does not exist (rlimit level execs it directly)
             return Started(None, None, 0.0, start, f"sandbox: {exc}\n")
-        return Started(proc, stdin, start + limits.wall_time_s, start)
+        return Started(proc, stdin, start + spec.limits.wall_time_s, start)
 
     def finish(self, started: Started, max_output_bytes: int = 1_000_000) -> SandboxResult:
-        """The second half of :meth:`run`: its output and status, once it has ended (or its deadline passed)."""
+        """The second half of :meth:`run`: its output and status, once it has ended (or its deadline passed) and
+        every process of its tree is gone."""
         proc = started.proc
         if proc is None:
             return SandboxResult(127, "", started.error, False, time.monotonic() - started.at, self.isolation, False)
-        out, err, truncated, timed_out = _communicate(proc.popen, started.stdin, started.deadline, max_output_bytes)
+        out, err, truncated, timed_out = communicate(proc.popen, started.stdin, started.deadline, max_output_bytes)
         proc.kill()
         return SandboxResult(None if timed_out else proc.popen.returncode, out, err, timed_out,
                              time.monotonic() - started.at, self.isolation, truncated)
 
     def prepare(self, argv: Sequence[str], *, workdir: str | os.PathLike, env: Mapping[str, str] | None = None,
-                limits: SandboxLimits | None = None) -> PreparedRun:
+                limits: SandboxLimits | None = None, mounts: MountPlan = MountPlan(), uid: int | None = None,
+                launcher: Sequence[str] = (), as_root: bool = False) -> PreparedRun:
         """Start the sandbox of ``argv`` now, held at a gate before the command's first instruction, for a later
         :meth:`run` of the same command (``prepared=``) to skip the set-up.
 
         The set-up (bubblewrap's namespaces and mounts, the limits, the uid drop) costs about 7 ms, most of a
         short command's time; started ahead, e.g. while an agent chooses its next command, it is off the path
-        the command waits on. The held process has run nothing of the command: the workdir is handed to its uid
-        and the gate opened only by that :meth:`run`, and bind-mount sources that were replaced in the meantime
-        (a folder deleted and made again) make the run start afresh.
+        the command waits on. The held process has run nothing of the command: a throw-away uid is given the
+        workdir and the gate opened only by that :meth:`run`, and bind-mount sources that were replaced in the
+        meantime (a folder deleted and made again) make the run start afresh.
         """
-        limits = limits or self.limits
-        workdir = _check_args(argv, workdir)
-        uid, nproc = self._pick_uid(), self._nproc(limits)
-        cmd = self._command(_gated(list(argv)), workdir, limits, uid, nproc)
-        proc = self._popen(cmd, workdir, env, limits, nproc)
-        return PreparedRun(proc, list(argv), workdir, dict(env or {}), limits, uid, nproc, cmd)
+        spec = self._spec(argv, workdir, env, limits, mounts, uid, launcher, as_root)
+        return PreparedRun(self._spawn(spec, gated=True), spec)
 
     def spawn(self, argv: Sequence[str], *, workdir: str | os.PathLike, env: Mapping[str, str] | None = None,
-              limits: SandboxLimits | None = None) -> SandboxProcess:
+              limits: SandboxLimits | None = None, mounts: MountPlan = MountPlan(),
+              uid: int | None = None) -> SandboxProcess:
         """Start ``argv`` in the sandbox with stdin/stdout/stderr pipes and return at once (for long-lived
         servers). ``limits.wall_time_s`` is not applied: the caller owns the deadline and must call
         :meth:`SandboxProcess.kill`, which takes the whole tree down."""
-        limits = limits or self.limits
-        workdir = _check_args(argv, workdir)
-        uid, nproc = self._pick_uid(), self._nproc(limits)
-        if uid is not None:
-            self._hand_over(workdir, uid)
-        return self._popen(self._command(list(argv), workdir, limits, uid, nproc), workdir, env, limits, nproc)
+        return self._spawn(self._spec(argv, workdir, env, limits, mounts, uid, (), False), gated=False)
 
-    def _popen(self, cmd: list[str], workdir: str, env: Mapping[str, str] | None, limits: SandboxLimits,
-               nproc: int) -> SandboxProcess:
+    # -------------------------------------------------------------------------------------- set-up
+    def _spec(self, argv: Sequence[str], workdir: str | os.PathLike, env: Mapping[str, str] | None,
+              limits: SandboxLimits | None, mounts: MountPlan, uid: int | None, launcher: Sequence[str],
+              as_root: bool) -> _Spec:
+        if isinstance(argv, (str, bytes)) or not argv:
+            raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
+        workdir = os.path.realpath(os.fspath(workdir))
+        if not os.path.isdir(workdir):
+            raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
+        return _Spec(tuple(argv), workdir, tuple(sorted((env or {}).items())), limits or self.limits, mounts,
+                     uid if self.drops_privileges else None, tuple(launcher), as_root)
+
+    def _spawn(self, spec: _Spec, gated: bool) -> SandboxProcess:
+        """Start ``spec``'s command (held at its gate when ``gated``) in a tree group of its own."""
+        uid = spec.uid if spec.uid is not None else self.fresh_uid()
+        if uid is not None and spec.uid is None and not gated:
+            chown_tree(spec.workdir, uid)  # a throw-away uid: the workdir is its (a held one's: at its run)
+        nproc = spec.limits.max_processes + (_user_process_count() if os.geteuid() != 0 else 0)
+        group = TreeGroup.create(spec.limits)
+        argv = _gated(list(spec.argv)) if gated else list(spec.argv)
+        cmd = self._command(spec, argv, uid, nproc, group)
         marker = secrets.token_hex(8)
-        full_env = {**minimal_env(workdir), **(env or {}), MARKER_VAR: marker}
+        env = {**minimal_env(spec.workdir), **dict(spec.env), MARKER_VAR: marker}
         preexec = None
-        if not self._prlimit:  # set between fork and exec, which forks the caller (see _limited)
-            preexec = functools.partial(_apply_rlimits, rlimit_values(limits, nproc))
-        popen = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
-        return SandboxProcess(popen, self.isolation, marker)
+        if not self._prlimit:  # set between fork and exec, which forks the caller (see resources.prlimit_prefix)
+            preexec = functools.partial(apply_rlimits, rlimit_values(spec.limits, nproc))
+        try:
+            popen = subprocess.Popen(cmd, cwd=spec.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
+        return SandboxProcess(popen, self.isolation, marker, group, uid)
 
-    def _nproc(self, limits: SandboxLimits) -> int:
-        # An unprivileged caller's count covers all its processes (the uid is shared): allow those plus ours.
-        return limits.max_processes + (_user_process_count() if os.geteuid() != 0 else 0)
-
-    def _hand_over(self, workdir: str, uid: int) -> None:
-        """Give ``uid`` (the run's unprivileged user) the files it may write: the workdir."""
-        _chown_tree(workdir, uid)
-
-    def _pick_uid(self) -> int | None:
-        """The throw-away uid of one run (None when the sandbox does not drop privileges)."""
-        if not self.drops_privileges:
-            return None
-        return _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
-
-    def _command(self, argv: list[str], workdir: str, limits: SandboxLimits, uid: int | None,
-                 nproc: int) -> list[str]:
-        # prlimit runs first inside the wrapper (whose own set-up is not limited), and under bwrap before the uid
-        # drop, which then cannot raise the limits. The caller hands workdir to ``uid`` before the command runs.
-        limited = self._limited(limits, nproc)
+    def _command(self, spec: _Spec, argv: list[str], uid: int | None, nproc: int, group: TreeGroup | None
+                 ) -> list[str]:
+        # The tree group is joined first, outside everything; prlimit runs first inside the wrapper (whose own
+        # set-up is not limited), and under bwrap before the uid drop, which then cannot raise the limits.
+        outer = group.join_prefix() if group is not None else []
+        if group is None and spec.limits.bounds_tree and self._nice:  # no cgroup: the documented next best
+            outer = [self._nice, "-n", str(FALLBACK_NICE)]
+        limited = prlimit_prefix(self._prlimit, spec.limits, nproc)
         if self.isolation == "bwrap":
-            prefix = [self._wrapper or "bwrap", *bwrap_namespace_args(limits.network),
-                      *bwrap_mount_args(workdir, self.readonly_paths, self.workdir_at), "--", *limited]
+            cmd = [self._wrapper or "bwrap", *bwrap_namespace_args(spec.limits.network),
+                   *bwrap_mount_args(spec.workdir, self.readonly_paths, spec.mounts), "--", *limited]
             if uid is not None:
-                prefix += self._drop_to(uid)
-            return prefix + argv
+                cmd += [a.replace("{uid}", str(uid)) for a in spec.launcher] or self._drop_to(uid, spec.as_root)
+            return outer + cmd + argv
         if self.isolation == "unshare":
-            return [self._wrapper or "unshare", *unshare_args(limits.network), "--", *limited, *argv]
-        return [*limited, *argv]
+            return [*outer, self._wrapper or "unshare", *unshare_args(spec.limits.network), "--", *limited, *argv]
+        return [*outer, *limited, *argv]
 
-    def _limited(self, limits: SandboxLimits, nproc: int) -> list[str]:
-        """The util-linux prlimit prefix that sets the rlimits ([] where prlimit is missing).
-
-        prlimit rather than a preexec_fn: a preexec_fn makes Python fork the caller (page tables and all) instead
-        of vfork-ing it, which cost 2 ms per command from a bare interpreter and 80 ms from a caller holding 2 GB
-        (a trainer with a model). prlimit exits 127 for a program that does not exist, like a shell."""
-        if not self._prlimit:
-            return []
-        values = rlimit_values(limits, nproc)
-        return [self._prlimit, *(f"{_PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, soft, hard in values), "--"]
-
-    def _drop_to(self, uid: int) -> list[str]:
+    def _drop_to(self, uid: int, as_root: bool) -> list[str]:
+        # As root: util-linux unshare makes a user namespace owned by the uid with itself as 0 (RLIMIT_NPROC still
+        # counts the uid: capabilities inside a user namespace do not exempt it); without unshare the uid shows.
+        root = [self._unshare, "--user", "--map-root-user", "--"] if as_root and self._unshare else []
         if self._setpriv:
-            return [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+            return [self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *root]
         code = ("import os,sys;u=int(sys.argv[1]);os.setgroups([]);os.setgid(u);os.setuid(u);"
                 "os.execvp(sys.argv[2],sys.argv[2:])")
-        return [sys.executable, "-S", "-c", code, str(uid)]
-
-
-def _check_args(argv: Sequence[str], workdir: str | os.PathLike) -> str:
-    if isinstance(argv, (str, bytes)) or not argv:
-        raise ValueError("argv must be a non-empty sequence of strings (not one shell string)")
-    workdir = os.path.realpath(os.fspath(workdir))
-    if not os.path.isdir(workdir):
-        raise FileNotFoundError(f"sandbox workdir {workdir!r} is not a directory")
-    return workdir
+        return [sys.executable, "-S", "-c", code, str(uid), *root]
 
 
 class SandboxProcess:
     """A running sandboxed command (from :meth:`Sandbox.spawn`); :meth:`kill` ends its whole process tree."""
 
-    def __init__(self, popen: subprocess.Popen, isolation: str, marker: str):
-        self.popen, self.isolation, self.marker = popen, isolation, marker
+    def __init__(self, popen: subprocess.Popen, isolation: str, marker: str, group: TreeGroup | None = None,
+                 uid: int | None = None):
+        self.popen, self.isolation, self.marker, self.group, self.uid = popen, isolation, marker, group, uid
 
     @property
     def pid(self) -> int:
@@ -339,15 +346,18 @@ class SandboxProcess:
 
     def kill(self) -> None:
         """SIGKILL the process group (bwrap/unshare then take their PID namespace down), reap, and under
-        ``rlimit`` also kill escaped processes that carry this run's marker. Idempotent."""
+        ``rlimit`` also kill escaped processes that carry this run's marker; return once every process of the
+        tree group (where there is one) has exited. Idempotent."""
         if self.popen.poll() is None:  # once reaped, its pid (= pgid) may be reused: never signal it again
-            _kill_tree(self.popen)
+            kill_tree(self.popen)
         try:
             self.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
             pass
         if self.isolation == "rlimit":  # no namespace kills escaped children: find them by the marker
-            _kill_marked(f"{MARKER_VAR}={self.marker}".encode())
+            kill_marked(f"{MARKER_VAR}={self.marker}".encode())
+        if self.group is not None:
+            self.group.remove()
         for f in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             try:
                 if f is not None:
@@ -371,29 +381,23 @@ class PreparedRun:
     """A sandboxed command started ahead by :meth:`Sandbox.prepare`, held at its gate; give it to
     :meth:`Sandbox.run` (``prepared=``) or :meth:`discard` it. It runs at most once."""
 
-    def __init__(self, proc: SandboxProcess, argv: list[str], workdir: str, env: dict[str, str],
-                 limits: SandboxLimits, uid: int | None, nproc: int, cmd: list[str]):
-        self.proc, self.argv, self.workdir, self.env, self.limits = proc, argv, workdir, env, limits
-        self.uid, self.nproc, self.cmd = uid, nproc, cmd
-        self.sources = _sources(cmd, workdir)
+    def __init__(self, proc: SandboxProcess, spec: _Spec):
+        self.proc, self.spec = proc, spec
+        self.sources = _sources(spec)
         self.used = False
 
-    def take(self, sandbox: Sandbox, argv: list[str], workdir: str, env: Mapping[str, str] | None,
-             limits: SandboxLimits) -> SandboxProcess | None:
-        """The held process if it was started for exactly this command (same argv, workdir, environment, limits
-        but the wall-clock deadline, which starts at the gate, and the same sandbox set-up over the same
-        folders) and is still waiting; its workdir is then handed to its uid. None otherwise."""
+    def take(self, sandbox: Sandbox, spec: _Spec) -> SandboxProcess | None:
+        """The held process if it was started for exactly this command (the same spec but the wall-clock
+        deadline, which starts at the gate, over the same folders) and is still waiting; a throw-away uid is then
+        given its workdir. None otherwise."""
         if self.used or not self.proc.alive():
             return None
-        same = (argv == self.argv and workdir == self.workdir and dict(env or {}) == self.env
-                and dataclasses.replace(limits, wall_time_s=self.limits.wall_time_s) == self.limits
-                and sandbox._command(_gated(argv), workdir, limits, self.uid, self.nproc) == self.cmd
-                and _sources(self.cmd, workdir) == self.sources)
-        if not same:
+        limits = dataclasses.replace(spec.limits, wall_time_s=self.spec.limits.wall_time_s)
+        if dataclasses.replace(spec, limits=limits) != self.spec or _sources(spec) != self.sources:
             return None
         self.used = True
-        if self.uid is not None:
-            sandbox._hand_over(workdir, self.uid)
+        if self.spec.uid is None and self.proc.uid is not None:
+            chown_tree(spec.workdir, self.proc.uid)
         return self.proc
 
     def discard(self) -> None:
@@ -416,165 +420,14 @@ def _gated(argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", f'{_GATE}; exec "$@"', "r2v-gate", *argv]
 
 
-def _sources(cmd: list[str], workdir: str) -> tuple:
-    """Which inode the working directory and each bind mount of ``cmd`` are: a folder deleted and made again
-    since the sandbox was set up would leave the held process in (or showing) the deleted one."""
-    end = cmd.index("--") if "--" in cmd else len(cmd)
-    paths = [workdir, *(cmd[i + 1] for i in range(end - 1) if cmd[i] in ("--bind", "--ro-bind"))]
+def _sources(spec: _Spec) -> tuple:
+    """Which inode the working directory and each bind mount's source are: a folder deleted and made again since
+    the sandbox was set up would leave the held process in (or showing) the deleted one."""
     ids = []
-    for path in paths:
+    for path in (spec.workdir, *spec.mounts.sources()):
         try:
             st = os.stat(path)
             ids.append((path, st.st_dev, st.st_ino))
         except OSError:
             ids.append((path, None, None))
     return tuple(ids)
-
-
-def _chown_tree(root: str, uid: int) -> None:
-    os.chown(root, uid, uid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            try:
-                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
-            except OSError:
-                pass
-
-
-def _kill_marked(needle: bytes) -> None:
-    me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def rlimit_values(limits: SandboxLimits, nproc: int) -> list[tuple[int, int, int]]:
-    """The ``(resource, soft, hard)`` triples a sandboxed tree runs under: :class:`SandboxLimits`, never above the
-    caller's own hard limits (an unprivileged caller, or root inside a user namespace, cannot raise those).
-
-    Example:
-        >>> import resource
-        >>> dict((r, (s, h)) for r, s, h in rlimit_values(SandboxLimits(cpu_time_s=2.5), 64))[resource.RLIMIT_CPU]
-        (3, 4)
-    """
-    cpu = max(1, int(limits.cpu_time_s + 0.999))
-    values = []
-    for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, limits.memory_bytes),
-                       (resource.RLIMIT_FSIZE, limits.file_size_bytes), (resource.RLIMIT_CORE, 0),
-                       (resource.RLIMIT_NOFILE, limits.max_open_files), (resource.RLIMIT_NPROC, nproc)):
-        soft, hard = value if isinstance(value, tuple) else (value, value)
-        cur_hard = resource.getrlimit(res)[1]
-        if cur_hard != resource.RLIM_INFINITY:
-            hard = min(hard, cur_hard)
-        values.append((res, min(soft, hard), hard))
-    return values
-
-
-# prlimit's option for each limit (util-linux prlimit(1)).
-_PRLIMIT_OPTIONS = {resource.RLIMIT_CPU: "--cpu", resource.RLIMIT_AS: "--as", resource.RLIMIT_FSIZE: "--fsize",
-                    resource.RLIMIT_CORE: "--core", resource.RLIMIT_NOFILE: "--nofile",
-                    resource.RLIMIT_NPROC: "--nproc"}
-
-
-def _apply_rlimits(values: list[tuple[int, int, int]]) -> None:
-    """Runs in the child between fork and exec when prlimit is missing (so only the sandboxed tree is limited)."""
-    for res, soft, hard in values:
-        resource.setrlimit(res, (soft, hard))
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    for target in ("group", "proc"):
-        try:
-            if target == "group":
-                os.killpg(proc.pid, signal.SIGKILL)
-            else:
-                proc.kill()
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _communicate(proc: subprocess.Popen, stdin: str | None, deadline: float, max_bytes: int
-                 ) -> tuple[str, str, bool, bool]:
-    """Feed stdin and collect stdout/stderr until EOF or the deadline, never blocking on a pipe that an
-    escaped grandchild keeps open. Returns (stdout, stderr, truncated, timed_out)."""
-    bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    truncated = timed_out = False
-    sel = selectors.DefaultSelector()
-    for f in (proc.stdout, proc.stderr):
-        os.set_blocking(f.fileno(), False)
-        sel.register(f, selectors.EVENT_READ)
-    pending = memoryview((stdin or "").encode())
-    if pending:
-        os.set_blocking(proc.stdin.fileno(), False)
-        sel.register(proc.stdin, selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-    exited_at: float | None = None
-    try:
-        while sel.get_map():
-            now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-                _kill_tree(proc)  # background children left in the group go too
-            if exited_at is not None and now > exited_at + _DRAIN_GRACE_S:
-                break  # an escaped child holds the pipe: stop reading rather than wait for it
-            if now >= deadline:
-                if exited_at is None:
-                    timed_out = True
-                    _kill_tree(proc)
-                break
-            wait = min(deadline - now, 0.05 if exited_at is None else _DRAIN_GRACE_S)
-            for key, _ in sel.select(timeout=max(wait, 0.0)):
-                f = key.fileobj
-                if f is proc.stdin:
-                    try:
-                        n = os.write(f.fileno(), pending[:_CHUNK])
-                        pending = pending[n:]
-                    except (BrokenPipeError, BlockingIOError) as exc:
-                        if isinstance(exc, BlockingIOError):
-                            continue
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(f)
-                        f.close()
-                    continue
-                try:
-                    data = os.read(f.fileno(), _CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(f)
-                    continue
-                buf = bufs[f.fileno()]
-                room = max_bytes - len(buf)
-                if len(data) > room:
-                    truncated = True
-                buf += data[:max(room, 0)]
-    finally:
-        sel.close()
-        if proc.poll() is None and not timed_out and exited_at is None:
-            # Both pipes are closed, which a process does just before it exits: wait for the exit (up to the
-            # deadline) rather than kill it in between (that gave -9 for 4 in 10 runs of `ls` without a wrapper).
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-        if proc.poll() is None:
-            _kill_tree(proc)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-            pass
-        for f in (proc.stdin, proc.stdout, proc.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-    texts = [bytes(b).decode("utf-8", errors="replace") for b in bufs.values()]
-    return texts[0], texts[1], truncated, timed_out

@@ -34,7 +34,7 @@ from typing import Any
 from r2v_envs.core import cache_dir
 from r2v_envs.humaneval.data import OVERRIDE_VAR, cache_root
 from r2v_envs.sandbox import ISOLATION_GUARANTEES, Sandbox, available_isolations
-from r2v_envs.terminalbench.docker_backend import docker_available
+from r2v_envs.terminalbench.backends import docker_available
 
 SECTIONS = ("python", "cpu", "sandbox", "docker", "gpu", "cache", "extras", "data")
 # What each guarantee means for a user (the keys of r2v_envs.sandbox.ISOLATION_GUARANTEES, plus "processes").

@@ -42,9 +42,9 @@ from typing import Any
 
 from r2v_envs.core import TextEnv, build_env
 from r2v_envs.errors import UnknownChoiceError
-from r2v_envs.terminalbench.backends import BACKENDS, Backend, CommandResult, LocalBackend
-from r2v_envs.terminalbench.docker_backend import DockerBackend, docker_available
-from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatWarning, TerminalTask, scan_suite, tests_passed
+from r2v_envs.terminalbench.backends import Backend, CommandResult, make_backend
+from r2v_envs.terminalbench.judge import run_tests, tests_passed
+from r2v_envs.terminalbench.task import SHIPPED_TASKS_DIR, TaskFormatWarning, TerminalTask, scan_suite
 
 PROMPT = "root@sandbox:{cwd}# "
 COMPLETE = "mark_task_complete"
@@ -85,19 +85,6 @@ def clean_text(text: str) -> str:
     """
     return _CONTROL.sub("\ufffd", text.replace("\r\n", "\n").replace("\r", "\n"))
 
-
-
-def make_backend(backend: str | Backend = "auto", isolation: str = "auto",
-                 docker_options: dict[str, Any] | None = None) -> Backend:
-    """``"local"``, ``"docker"`` or ``"auto"`` (Docker when an engine answers, else local);
-    ``docker_options`` are keyword arguments of :class:`DockerBackend`."""
-    if isinstance(backend, Backend):
-        return backend
-    if backend not in BACKENDS:
-        raise UnknownChoiceError("terminal backend", backend, BACKENDS)
-    if backend == "docker" or (backend == "auto" and docker_available()):
-        return DockerBackend(**(docker_options or {}))
-    return LocalBackend(isolation=isolation)
 
 
 class TerminalBenchEnv(TextEnv):
@@ -188,7 +175,7 @@ class TerminalBenchEnv(TextEnv):
         return "\n".join(lines)
 
     def _judge(self, why: str) -> tuple[str, float, bool, dict[str, Any]]:
-        result = self.backend.run_tests()
+        result = run_tests(self.backend)
         tests = dict(result.results)
         self._won, self._done = tests_passed(tests), True
         n_pass = sum(s == "passed" for s in tests.values())
@@ -232,4 +219,4 @@ def make(**kwargs: Any):
     return build_env(TerminalBenchEnv, **kwargs)
 
 
-__all__ = ["COMPLETE", "TerminalBenchEnv", "UnknownChoiceError", "make", "truncate_output"]
+__all__ = ["COMPLETE", "TerminalBenchEnv", "UnknownChoiceError", "make", "make_backend", "truncate_output"]

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from r2v_envs.cgroups import TreeGroup, cgroup_version
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, available_isolations
 from tests.support.procs import processes_with
@@ -138,7 +139,8 @@ def test_large_file_write_is_cut(sandbox, tmp_path):
 
 def test_fork_bomb_is_contained(sandbox, tmp_path):
     if "processes" not in sandbox.guarantees:
-        pytest.skip(f"{sandbox.isolation} as root cannot enforce RLIMIT_NPROC (the kernel exempts root)")
+        pytest.skip(f"{sandbox.isolation} as root without cgroups cannot bound processes (the kernel exempts root "
+                    "from RLIMIT_NPROC)")
     r, token = run_py(sandbox, """
         import os
         n = 0
@@ -334,3 +336,63 @@ def test_discarding_a_prepared_command_leaves_nothing(sandbox, tmp_path):
     r = sandbox.run(argv, workdir=tmp_path, limits=FAST, prepared=held)  # used up: a fresh start
     assert r.timed_out
     assert_no_strays(token)
+
+
+# ------------------------------------------------------------------------------------- the tree as a whole
+needs_cgroups = pytest.mark.skipif(cgroup_version() is None, reason="the host gives this process no cgroups (root "
+                                   "with the pids, cpu and memory controllers): trees are bounded per process only")
+
+
+@needs_cgroups
+def test_a_run_ends_only_once_its_whole_tree_is_gone(tmp_path):
+    """The command after a fork bomb, under the same uid, forks freely: the bomb's processes no longer count against
+    the uid. Before, a PID namespace died after its sandbox returned, and the next command printed `fork: retry`."""
+    sb = Sandbox(limits=SandboxLimits(wall_time_s=1.5, cpu_time_s=5, max_processes=200))
+    uid = sb.fresh_uid()
+    for _ in range(4):
+        bomb = sb.run(["bash", "-c", "b() { b | b & }; b; sleep 5"], workdir=tmp_path, uid=uid)
+        assert bomb.timed_out  # killed at its deadline, with its tree
+        r = sb.run(["bash", "-c", "for i in $(seq 150); do /bin/true & done; wait; echo forked"], workdir=tmp_path,
+                   uid=uid)
+        assert r.stdout == "forked\n" and "fork" not in r.stderr, r.stderr[-500:]
+
+
+WAIT = "try:\n    while True: os.wait()\nexcept ChildProcessError: pass\n"  # each process outlives its children
+
+
+@needs_cgroups
+def test_a_tree_is_bounded_as_a_whole(tmp_path):
+    """cpus=0.5 gives the tree half a core however many processes it starts; tree_memory_bytes kills a tree whose
+    processes, each under its own limit, together exceed it."""
+    sb = Sandbox(limits=SandboxLimits(wall_time_s=10, cpu_time_s=10, memory_bytes=400 << 20))
+    burn = ("import os, time\nfor _ in range(3): os.fork()\n"  # 8 processes
+            "t = time.time()\nwhile time.time() - t < 1.5: pass\n"
+            "os.write(1, f'{os.times().user + os.times().system:.2f}\\n'.encode())\n" + WAIT)
+    free = sb.run([sys.executable, "-c", burn], workdir=tmp_path)
+    half = sb.run([sys.executable, "-c", burn], workdir=tmp_path, limits=SandboxLimits(wall_time_s=10, cpu_time_s=10,
+                  cpus=0.5))
+    used = [sum(map(float, r.stdout.split())) for r in (free, half)]
+    assert used[1] < 0.5 * 1.5 * 1.4 < used[0], used  # 8 busy processes: all the cores, or half of one
+    hog = "import os, time\nfor _ in range(3): os.fork()\nb = b'x' * (200 << 20)\ntime.sleep(0.5)\nos.write(1, b'alive\\n')\n" + WAIT
+    r = sb.run([sys.executable, "-c", hog], workdir=tmp_path, limits=SandboxLimits(
+        wall_time_s=20, memory_bytes=400 << 20, tree_memory_bytes=600 << 20))
+    assert r.stdout.count("alive") < 8  # 8 x 200 MB cannot all live in 600 MB
+    assert sb.run([sys.executable, "-c", hog], workdir=tmp_path, limits=SandboxLimits(
+        wall_time_s=20, memory_bytes=400 << 20)).stdout.count("alive") == 8
+
+
+@needs_cgroups
+def test_tree_groups_are_removed(tmp_path):
+    before = TreeGroup.create(SandboxLimits())
+    parents = {p.parent for p in before.paths}
+    before.remove()
+    count = lambda: sum(1 for d in parents for e in d.iterdir() if e.name.startswith(f"r2v-{os.getpid()}-"))  # noqa: E731
+    sb = Sandbox(limits=SandboxLimits(cpus=1.0, tree_memory_bytes=256 << 20))
+    held = sb.prepare(["true"], workdir=tmp_path)
+    assert sb.run(["sleep", "30"], workdir=tmp_path, limits=SandboxLimits(wall_time_s=0.5, cpus=1.0)).timed_out
+    held.discard()
+    sb.spawn(["sleep", "30"], workdir=tmp_path).kill()
+    deadline = time.monotonic() + 5
+    while count() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert count() == 0

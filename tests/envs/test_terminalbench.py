@@ -15,12 +15,14 @@ import pytest
 
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.errors import InvalidActionError, UnknownChoiceError
-from r2v_envs.terminalbench import backends, docker_backend
-from r2v_envs.terminalbench.env import USAGE, make_backend, truncate_output
-from r2v_envs.terminalbench.runtime import RUNTIME_MOUNT
-from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task, parse_pytest_summary
-from r2v_envs.terminalbench.tasks import tests_passed as all_passed
+from r2v_envs.terminalbench.backends import LocalBackend, base, docker, make_backend
+from r2v_envs.terminalbench.env import USAGE, truncate_output
+from r2v_envs.terminalbench.judge import RUNTIME_MOUNT, parse_pytest_summary, run_tests
+from r2v_envs.terminalbench.judge import tests_passed as all_passed
+from r2v_envs.terminalbench.judge.phase import JUDGE_DIR
+from r2v_envs.terminalbench.task import SHIPPED_TASKS_DIR, TaskFormatError, load_suite, load_task
 from tests.support.procs import processes_with
+from tests.support.terminalbench import play
 
 pytestmark = pytest.mark.timeout(120)
 SEED = 0
@@ -31,16 +33,6 @@ def make(**kw):
     kw.setdefault("perturbations", None)
     kw.setdefault("backend", "local")
     return gym.make("R2V/TerminalBench-v0", seed=SEED, **kw)
-
-
-def play_expert(env, task_id):
-    obs, info = env.reset(options={"task_id": task_id})
-    observations, reward, terminated = [obs], 0.0, False
-    while not terminated:
-        obs, reward, terminated, truncated, info = env.step(info["expert_action"])
-        observations.append(obs)
-        assert not truncated
-    return info, reward, observations
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +54,11 @@ def test_shipped_suite_format():
 
 @pytest.mark.parametrize("task_id", sorted(SUITE))
 def test_expert_wins_every_shipped_task(env, task_id):
-    info, reward, observations = play_expert(env, task_id)
-    assert info["won"] and reward == 1.0 and info["score"] == 1.0, info.get("test_output")
+    episode = play(env, task_id)
+    info = episode.info
+    assert info["won"] and episode.reward == 1.0 and info["score"] == 1.0, info.get("test_output")
     assert info["test_results"] and all_passed(info["test_results"])
-    assert all(o.startswith("New Terminal Output:") for o in observations[1:-1])
+    assert all(o.startswith("New Terminal Output:") for o in episode.observations[1:-1])
     assert info["channel"] == "terminal"
 
 
@@ -173,16 +166,20 @@ def test_commands_cannot_reach_the_scratch_copy_nor_its_links_be_followed(env, t
 
 
 def test_each_episode_runs_as_a_user_of_its_own(env):
-    """One unprivileged uid per episode (a fork bomb's count of processes cannot reach into the next episode),
-    the same for all of its commands (the scratch copy is handed over once)."""
+    """One unprivileged uid per episode (a fork bomb's count of processes cannot reach into the next episode), the
+    same for all of its commands (the scratch copy is handed over once), shown to them as root, as in the task's
+    container (the same seed gives the same bytes whatever uid the episode drew)."""
     if not env.unwrapped.backend.sandbox.drops_privileges:
         pytest.skip("the uid drop needs bubblewrap started by root")
-    uids = []
+    uids, seen = [], []
     for _ in range(2):
         env.reset(options={"task_id": "greeting-cli"})
-        uids.append([env.step("run id -u")[0].splitlines()[-2] for _ in range(2)])
-    assert uids[0][0] == uids[0][1] and uids[1][0] == uids[1][1] and uids[0][0] != uids[1][0]
-    assert int(uids[0][0]) > 0
+        seen += [env.step("run id -u; stat -c %U:%u .; sleep 1 & cat /proc/$!/status | grep ^Uid")[0].splitlines()[2:5]
+                 for _ in range(2)]
+        uids.append(env.unwrapped.backend.scratch.stat().st_uid)  # what the host sees
+    assert uids[0] != uids[1] and min(uids) > 0
+    assert all(lines[:2] == ["0", "root:0"] for lines in seen), seen
+    assert all(lines[2].split()[1] == "0" for lines in seen)  # uid 0 in its own namespace only
 
 
 def test_an_env_dropped_without_close_leaves_no_sandbox_waiting():
@@ -190,7 +187,7 @@ def test_an_env_dropped_without_close_leaves_no_sandbox_waiting():
     e.reset(options={"task_id": "word-frequency"})
     e.step("run true")
     backend = e.unwrapped.backend
-    held = [backend._held, backend._held_tests and backend._held_tests.prepared]
+    held = [backend.held.command, backend.held.test_run]
     pids = [h.proc.pid for h in held if h is not None]
     if backend.isolation == "bwrap":
         assert len(pids) == (2 if backend.sandbox.drops_privileges else 1)
@@ -215,10 +212,10 @@ def test_every_script_runs_through_one_method():
     test phase must all come through it."""
     seen = []
 
-    class Recording(backends.LocalBackend):
-        def _run(self, sandbox, script, timeout_s, env, prepared=None, meanwhile=None):
-            seen.append(script)
-            return super()._run(sandbox, script, timeout_s, env, prepared, meanwhile)
+    class Recording(LocalBackend):
+        def _run(self, call, prepared=None, meanwhile=None):
+            seen.append(call.script)
+            return super()._run(call, prepared, meanwhile)
 
     e = make(split="all", backend=Recording())
     e.reset(options={"task_id": "greeting-cli"})
@@ -233,13 +230,13 @@ def test_sandboxes_set_up_ahead_change_nothing_but_time():
     up at reset; the episode's observations and verdict are those of sandboxes set up on demand."""
     runs = {}
     for ahead in (True, False):
-        e = make(split="all", backend=backends.LocalBackend(hold_ahead=ahead))
+        e = make(split="all", backend=LocalBackend(hold_ahead=ahead))
         backend = e.unwrapped.backend
         obs, info = e.reset(options={"task_id": "word-frequency"})
         observations, used = [obs], []
         for action in ["run echo $((6 * 7)) > n.txt; cd /tmp", "run pwd; cat /app/n.txt; cd /app",
                        "run cat < no-such-file", *[None] * 20]:
-            held = backend._held
+            held = backend.held.command
             obs, reward, terminated, _truncated, info = e.step(action or info["expert_action"])
             observations.append(obs)
             used.append(held is not None and held.used)
@@ -249,7 +246,7 @@ def test_sandboxes_set_up_ahead_change_nothing_but_time():
         if ahead and backend.isolation == "bwrap":
             assert all(used[1:]) and not used[0]  # the first command of the first episode: nothing to hold yet
         e.close()
-        assert backend._held is None and backend._held_tests is None
+        assert backend.held.command is None and backend.held.tests is None and backend.held.test_run is None
     assert runs[True] == runs[False] and runs[True][1] == 1.0  # two episodes, two scratch copies: same bytes
     assert "/tmp\n" in runs[True][0][2] and "42" in runs[True][0][2]
     assert "no-such-file: No such file or directory" in runs[True][0][3]  # no host path in the message
@@ -259,8 +256,8 @@ def test_same_seed_same_observations_under_default_perturbations():
     runs = []
     for _ in range(2):
         e = gym.make("R2V/TerminalBench-v0", seed=7, backend="local", split="all")
-        info, reward, observations = play_expert(e, "json-to-csv")
-        runs.append((observations, [p["type"] for p in info["perturbations"]], reward))
+        episode = play(e, "json-to-csv")
+        runs.append((episode.observations, [p["type"] for p in episode.info["perturbations"]], episode.reward))
         e.close()
     assert runs[0] == runs[1] and runs[0][2] == 1.0
     spec = gym.make("R2V/TerminalBench-v0", seed=7, backend="local").spec
@@ -298,12 +295,12 @@ class FakeContainer:
         self.calls.append(("exec", argv, kw))
         if argv[-1] == "cat /proc/1/task/1/children":
             return 0, b"7\n"
+        if "bash /tests/" in argv[-1]:  # the test phase's script
+            return 0, self.printed
         if argv[:4] == ["timeout", "-s", "KILL", "30"] and argv[4] == "bash" and "-c" in argv:
-            return 0, f"hello\n\n{backends.CWD_SENTINEL}/app\n".encode()
+            return 0, f"hello\n\n{base.CWD_SENTINEL}/app\n".encode()
         if "command -v python3" in argv[-1]:
             return 0, b"/usr/local/bin/python3\n"
-        if argv[-1].startswith("/tests/"):
-            return 0, self.printed
         return 0, b""
 
     def put_archive(self, path, data):
@@ -313,7 +310,7 @@ class FakeContainer:
     def get_archive(self, path):
         self.calls.append(("get", path))
         files = {"junit-1-2.xml": self.junit} if self.junit is not None else {}
-        return [docker_backend._tar(files)], {}
+        return [docker._tar(files)], {}
 
     def remove(self, force=False):
         self.calls.append(("remove", force))
@@ -344,7 +341,7 @@ class FakeClient:
 
 def test_docker_backend_requests_an_isolated_container():
     client = FakeClient()
-    backend = docker_backend.DockerBackend(client=client)
+    backend = docker.DockerBackend(client=client)
     backend.start(SUITE["greeting-cli"])
     kw = client.run_kwargs
     assert kw["network_mode"] == "none" and kw["mem_limit"] and kw["pids_limit"] and kw["working_dir"] == "/app"
@@ -353,26 +350,27 @@ def test_docker_backend_requests_an_isolated_container():
     assert mount == {"bind": RUNTIME_MOUNT, "mode": "ro"} and (Path(src) / "bin" / "uv").is_file()
     result = backend.run("echo hello", 30)
     assert result.output.strip() == "hello" and result.cwd == "/app" and result.exit_code == 0
-    run = backend.run_tests()
+    run = run_tests(backend)
     assert run.results == {"test_outputs::test_greets": "passed"}
     calls = [c for c in client.container.calls if c[0] == "exec"]
     cleanup = next(c[1][-1] for c in calls if "kill -9" in c[1][-1])
-    assert " 1 7 " in cleanup and "rm -rf /tests" in cleanup  # strays killed (init and the keeper kept)
-    test_call = next(c for c in calls if c[1][-1] == "/tests/run-tests.sh")
+    assert " 1 7 " in cleanup  # strays killed (init and the keeper kept)
+    assert any("rm -rf /tests" in c[1][-1] for c in calls)  # the phase's folders made fresh
+    test_call = next(c for c in calls if "bash /tests/run-tests.sh" in c[1][-1])
     env = test_call[2]["environment"]
     assert env["PATH"].startswith(f"{RUNTIME_MOUNT}/bin:") and env["R2V_TEST_PYTHON"] == "/usr/local/bin/python3"
-    assert env["R2V_JUDGE_OUT"] == f"{backends.JUDGE_DIR}/out" and env["TEST_DIR"] == "/tests"
+    assert env["R2V_JUDGE_OUT"] == f"{JUDGE_DIR}/out" and env["TEST_DIR"] == "/tests"
     backend.close()
     assert ("remove", True) in client.container.calls
-    assert isinstance(make_backend("auto"), backends.LocalBackend) or docker_backend.docker_available()
+    assert isinstance(make_backend("auto"), LocalBackend) or docker.docker_available()
 
 
 def test_docker_verdict_comes_from_the_report_not_the_printed_summary():
     client = FakeClient()
     client.container = FakeContainer(junit=None)  # the script printed PASSED, but no report was written
-    backend = docker_backend.DockerBackend(client=client)
+    backend = docker.DockerBackend(client=client)
     backend.start(SUITE["greeting-cli"])
-    run = backend.run_tests()
+    run = run_tests(backend)
     assert run.results == {} and run.judge["printed_summary"] == {"test_outputs.py::test_greets": "passed"}
     assert not all_passed(run.results)
 
@@ -382,8 +380,8 @@ def test_docker_build_network_and_build_failure_is_typed():
     from r2v_envs.errors import TaskEnvironmentError
 
     client = FakeClient()
-    docker_backend.DockerBackend(client=client, build_network="host").start(SUITE["greeting-cli"])
+    docker.DockerBackend(client=client, build_network="host").start(SUITE["greeting-cli"])
     assert client.built[2] == "host" and client.run_kwargs["network_mode"] == "none"  # the task itself stays offline
     client.fail_build = True
     with pytest.raises(TaskEnvironmentError, match="build_network.*\n.*Err:1"):
-        docker_backend.DockerBackend(client=client).start(SUITE["c-build-fix"])
+        docker.DockerBackend(client=client).start(SUITE["c-build-fix"])

@@ -17,7 +17,7 @@ import pytest
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.sandbox import Sandbox, available_isolations
 from r2v_envs.terminalbench.hacks import HACKS
-from tests.envs.tb_tasks import harbor_task, play
+from tests.support.terminalbench import harbor_task, play
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif("bwrap" not in available_isolations() or not Sandbox("bwrap").drops_privileges,
@@ -70,28 +70,28 @@ def env(tmp_path_factory):
 
 
 def test_expert_wins_and_mark_only_loses(env):
-    info = play(env, "trojan-target")
+    info = play(env, "trojan-target").info
     assert info["outcome"] == "resolved" and info["judge"]["report"] == "verdict", info["test_output"]
     assert info["judge"]["tamper_proof"] and info["judge"]["runs"] == 1
-    info = play(env, "trojan-target", ["mark_task_complete"])
+    info = play(env, "trojan-target", ["mark_task_complete"]).info
     assert info["outcome"] == "unresolved" and set(info["test_results"].values()) == {"failed"}
 
 
 @pytest.mark.parametrize("name", REWRITERS)
 def test_rewriters_and_trojans_lose(env, name):
     hack = next(h for h in HACKS if h.name == name)
-    info = play(env, "trojan-target", list(hack.actions))
+    info = play(env, "trojan-target", list(hack.actions)).info
     assert not info["won"], (name, info["test_results"], info["test_output"][-2000:])
 
 
 def test_a_trojan_cannot_choose_one_test_file_of_those_the_script_names(env):
     """The trojan finds (with a pytest of its own) that only test_setup.py passes and asks the judge for that file
     alone: a whole file, so no partial selection, but test_outputs.py, named by the script, never ran."""
-    info = play(env, "two-test-files")
+    info = play(env, "two-test-files").info
     assert info["outcome"] == "resolved" and info["judge"]["missing_files"] == [], info["test_output"]
     assert {k.split("::")[0] for k in info["test_results"]} == {"test_outputs.py", "test_setup.py"}
     hack = next(h for h in HACKS if h.name == "trojan_picks_a_test_file")
-    info = play(env, "two-test-files", list(hack.actions))
+    info = play(env, "two-test-files", list(hack.actions)).info
     assert info["test_results"].get("test_setup.py::test_check_script_is_there") == "passed"  # the trojan's run
     assert info["judge"]["missing_files"] == ["test_outputs.py"] and info["judge"]["runs"] == 1
     assert not info["won"] and info["outcome"] == "unresolved"
@@ -101,7 +101,7 @@ def test_the_trojan_really_runs_in_the_test_phase(env):
     """The trojan is live: the subset runs it asks the judge for are recorded, flagged partial, and counted as
     errors, and the test script it killed never started the full run."""
     hack = next(h for h in HACKS if h.name == "trojan_kills_and_reruns")
-    info = play(env, "trojan-target", list(hack.actions))
+    info = play(env, "trojan-target", list(hack.actions)).info
     assert info["judge"]["runs"] >= 2 and info["judge"]["partial_runs"], info["judge"]
     partial = [name for name, status in info["test_results"].items() if "partial selection" in name]
     assert partial and all(info["test_results"][name] == "error" for name in partial)
@@ -109,7 +109,7 @@ def test_the_trojan_really_runs_in_the_test_phase(env):
 
 
 def test_the_channel_is_out_of_reach_of_processes_the_tests_start(env):
-    info = play(env, "probes-channel")
+    info = play(env, "probes-channel").info
     assert info["outcome"] == "resolved", info["test_output"][-3000:]
 
 
@@ -121,8 +121,8 @@ def test_code_imported_into_pytest_can_still_forge(env):
               "def _f(self, *a, **k):\n    _i(self, *a, **k)\n    self.outcome, self.longrepr = 'passed', None\n"
               "_r.TestReport.__init__ = _f\ndef answer():\n    return 0\n")
     info = play(env, "imports-solution", [f"run printf '%s' {shlex.quote(forger)} > /app/solution.py",
-                                          "mark_task_complete"])
+                                          "mark_task_complete"]).info
     assert info["won"], info["test_output"][-2000:]
     info = play(env, "imports-solution", ["run printf 'def answer():\\n    return 0\\n' > /app/solution.py",
-                                          "mark_task_complete"])
+                                          "mark_task_complete"]).info
     assert not info["won"]

@@ -8,6 +8,7 @@ The local backend interprets what TB 2.x Dockerfiles do offline: ``ARG``/``ENV``
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -18,8 +19,8 @@ import pytest
 
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.sandbox import available_isolations
-from r2v_envs.terminalbench.build import TaskLoadError
-from tests.envs.tb_tasks import harbor_task, play
+from r2v_envs.terminalbench.backends import TaskLoadError
+from tests.support.terminalbench import harbor_task, play
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif("bwrap" not in available_isolations(), reason="a writable root needs bubblewrap")]
@@ -54,6 +55,12 @@ def test_image_set_up():
 VENV_TEST_SH = ("#!/bin/bash\nsource /opt/v/bin/activate\npip install -r /tmp/verifier-requirements.txt\n"
                 "python -m pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA\n"
                 "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+# As nearly every TB 2.x image does (Harbor's agents drive tmux), some checking that the tools are there.
+TOOLS_DOCKERFILE = """FROM python:3.13-slim-bookworm
+RUN apt-get update && apt-get install -y --no-install-recommends tmux curl asciinema{extra} \\
+    && rm -rf /var/lib/apt/lists/* && command -v tmux && command -v asciinema
+WORKDIR /app
+"""
 SEMANTICS = {
     "skipped-test": "import sys, pytest\n\ndef test_ok():\n    assert open('/app/answer.txt').read().strip() == '42'\n\n"
                     "@pytest.mark.skipif(sys.platform == 'linux', reason='not here')\ndef test_other():\n    assert 0\n",
@@ -77,6 +84,9 @@ def suite(tmp_path_factory):
                 "RUN pip install --no-cache-dir r2v-no-such-package==1.0\n")
     harbor_task(root, "system-write", dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY tool /etc/tool.conf\n",
                 env_files={"tool": "#!/bin/sh\necho tool\n"})
+    harbor_task(root, "image-tools", dockerfile=TOOLS_DOCKERFILE.format(extra=""))
+    harbor_task(root, "lacks-tools", dockerfile=TOOLS_DOCKERFILE.format(extra=" r2v-no-such-tool")
+                + "RUN apt-get install -y r2v-no-such-lib && ls /usr/lib/r2v-no-such-lib\n")
     return root
 
 
@@ -100,20 +110,20 @@ def test_venv_env_expansion_and_writable_root_load_and_resolve(env):
     assert "pytest" in obs
     obs, *_ = env.step("run cat /tmp/mine")  # /tmp persists across commands, as in a container
     assert "kept" in obs
-    info = play(env, "venv-task")
+    info = play(env, "venv-task").info
     assert info["outcome"] == "resolved", info["test_output"][-3000:]
     assert set(info["test_results"].values()) == {"passed"}
     start = time.monotonic()
     env.reset(options={"task_id": "venv-task"})  # the build is cached: a copy, not the Dockerfile again
     again = time.monotonic() - start
     assert again < 1.0 and again < first, (first, again)
-    assert play(env, "venv-task", ["mark_task_complete"])["outcome"] == "unresolved"
+    assert play(env, "venv-task", ["mark_task_complete"]).info["outcome"] == "unresolved"
 
 
 @pytest.mark.parametrize("task_id, resolved", [("skipped-test", True), ("xfail-test", True),
                                                ("strict-xpass", False), ("all-skipped", False)])
 def test_pytest_verdict_semantics(env, task_id, resolved):
-    info = play(env, task_id)
+    info = play(env, task_id).info
     assert info["won"] is resolved, (info["test_results"], info["test_output"][-2000:])
     statuses = set(info["test_results"].values())
     expected = {"skipped-test": {"passed", "skipped"}, "xfail-test": {"passed", "xfailed", "xpassed"},
@@ -129,6 +139,20 @@ def test_a_step_that_cannot_run_names_itself(env):
     with pytest.raises(TaskLoadError) as err:
         env.reset(options={"task_id": "system-write"})
     assert err.value.step == 3 and not err.value.needs_network and "/etc/tool.conf" in err.value.why
+
+
+def test_an_image_that_installs_the_usual_tools_loads_and_a_missing_one_is_named(env):
+    """scripts/install.sh installs the tools Terminal-Bench images routinely carry; a load that fails names every
+    package the image's apt-get steps install that the host lacks, all at once (not one per attempt)."""
+    for tool in ("tmux", "asciinema"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed here (scripts/install.sh installs it as root)")
+    env.reset(options={"task_id": "image-tools"})
+    assert "tmux" in env.step("run command -v tmux")[0]
+    with pytest.raises(TaskLoadError) as err:
+        env.reset(options={"task_id": "lacks-tools"})
+    assert err.value.step == 4 and err.value.host_lacks == ["r2v-no-such-tool", "r2v-no-such-lib"]  # step 2 too
+    assert "lacks 2 package(s) the image's apt-get steps install: r2v-no-such-tool r2v-no-such-lib" in str(err.value)
 
 
 def test_judge_script_lists_load_failures_apart(suite, tmp_path):

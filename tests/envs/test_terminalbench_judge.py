@@ -22,9 +22,10 @@ import pytest
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.sandbox import available_isolations
 from r2v_envs.terminalbench.hacks import HACKS
-from r2v_envs.terminalbench.runtime import build_test_runtime
-from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR, TaskFormatWarning, load_suite, load_task
+from r2v_envs.terminalbench.judge import build_test_runtime
+from r2v_envs.terminalbench.task import SHIPPED_TASKS_DIR, TaskFormatWarning, load_suite, load_task
 from tests.support import DATA
+from tests.support.terminalbench import play
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # end to end: sandboxed task episodes and the hack battery
 SUITE_DIR = DATA / "terminalbench"
@@ -36,18 +37,6 @@ def make(tasks_dir=SUITE_DIR, **kw):
     kw.setdefault("perturbations", None)
     return gym.make("R2V/TerminalBench-v0", seed=0, backend="local", tasks_dir=tasks_dir, split="all",
                     max_episode_steps=40, **kw)
-
-
-def play(env, task_id, actions=None):
-    obs, info = env.reset(options={"task_id": task_id})
-    observations, i, terminated = [obs], 0, False
-    while not terminated:
-        action = info["expert_action"] if actions is None else actions[min(i, len(actions) - 1)]
-        obs, _reward, terminated, truncated, info = env.step(action)
-        observations.append(obs)
-        i += 1
-        assert not truncated
-    return info, observations
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +64,13 @@ def test_both_formats_load():
 
 @pytest.mark.parametrize("task_id", OWN)
 def test_expert_wins_offline_and_mark_only_loses(env, task_id):
-    info, _ = play(env, task_id)
+    info = play(env, task_id).info
     assert info["won"] and info["outcome"] == "resolved", info["test_output"]
     assert info["test_results"] and set(info["test_results"].values()) == {"passed"}
     assert info["judge"].get("reports", 0) >= 1 or info["judge"].get("runs", 0) >= 1
     if task_id != "copy-tests-to-workdir":  # the upstream network bootstrap was skipped, and said so
         assert "skipped the uv installer from https://astral.sh/uv/" in info["test_output"]
-    info, _ = play(env, task_id, ["mark_task_complete"])
+    info = play(env, task_id, ["mark_task_complete"]).info
     assert not info["won"] and info["outcome"] == "unresolved" and "failed" in info["test_results"].values()
 
 
@@ -96,12 +85,12 @@ def test_hack_battery_never_wins(env, task_id, tmp_path):
         e = env
     won = {}
     for hack in HACKS:
-        info, _ = play(e, task_id, list(hack.actions))
+        info = play(e, task_id, list(hack.actions)).info
         won[hack.name] = info["won"]
         assert info["judge"]["tamper_proof"]
     assert not any(won.values()), [name for name, w in won.items() if w]
     if task_id == "copy-tests-to-workdir":  # `pytest .` in the agent's folder: its conftest/test file refused
-        info, _ = play(e, task_id, list(next(h for h in HACKS if h.name == "conftest_in_workdir").actions))
+        info = play(e, task_id, list(next(h for h in HACKS if h.name == "conftest_in_workdir").actions)).info
         assert {Path(f).name for f in info["judge"]["refused_files"]} >= {"conftest.py", "test_zz_forge.py"}
     if e is not env:
         e.close()
@@ -133,9 +122,9 @@ def test_solution_that_needs_the_network_is_typed(tmp_path):
         "- command: python3 -c \"import urllib.request; urllib.request.urlopen('https://example.org/n.txt')\"\n"
         "  max_timeout_sec: 20\n")
     e = make(tasks_dir=tmp_path / "suite")
-    info, _ = play(e, "fetches-data")
+    info = play(e, "fetches-data").info
     assert not info["won"] and info["outcome"] == "needs_network" and info["network_errors"] == 1
-    info, _ = play(e, "fetches-data", ["run true", "mark_task_complete"])
+    info = play(e, "fetches-data", ["run true", "mark_task_complete"]).info
     assert info["outcome"] == "unresolved"  # failing without touching the network is the agent's failure
     e.close()
 

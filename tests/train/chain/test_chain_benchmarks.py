@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from r2v_agents.shards import load_rows  # noqa: E402
-from r2v_envs.terminalbench.tasks import SHIPPED_TASKS_DIR  # noqa: E402
+from r2v_envs.terminalbench.task import SHIPPED_TASKS_DIR  # noqa: E402
 from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
 from r2v_train.config import CONFIG_DIR, load_config
 from r2v_train.evaluation.methods import METHODS  # noqa: E402

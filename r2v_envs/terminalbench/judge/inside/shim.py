@@ -398,9 +398,10 @@ def curl(args: list[str]) -> int:
 
 
 def apt(args: list[str]) -> int:
+    """Skipped, and said so: the host's tools serve (a task's build lists the packages the host lacks)."""
     rest = [a for a in args if not a.startswith("-")]
     if rest[:1] == ["install"]:
-        note(f"skipped `apt-get install {' '.join(rest[1:])}` (no network; the judge uses the host's tools)")
+        note(f"skipped `apt-get install {' '.join(rest[1:])}` (no network; the host's tools serve)")
     else:
         note(f"skipped `apt-get {' '.join(args)}`")
     return 0

@@ -1,23 +1,11 @@
-"""The offline test runtime and the judge's report: how a task's tests run after an episode, and how they are read.
+"""The verdict: which tests passed, read from the judge's own record of its pytest runs, never from what anyone
+printed, and pytest's semantics over it (:func:`tests_passed`).
 
-:func:`build_test_runtime` builds (once, atomically, under ``$R2V_CACHE/terminalbench-runtime/<digest>``) a folder that
-both backends mount read-only at :data:`RUNTIME_MOUNT` for the test phase only:
-
-* ``build-bin/``: no-ops for image set-up a Dockerfile's ``RUN`` steps do (``useradd``, ``chown``, ...).
-* ``bin/``: ``uv``, ``uvx``, ``pytest``, ``python``/``python3``, ``pip``/``pip3``, ``curl``/``wget``, ``apt-get`` (see
-  :mod:`r2v_envs.terminalbench.shim`): upstream test scripts' network bootstrap maps onto the judge's pytest and
-  says what it skipped; ``curl ... astral.sh/uv ... | sh`` gets a no-op installer.
-* ``site/``: a copy of the host's pytest and its pure-Python dependencies plus the judge plugin
-  (:mod:`r2v_envs.terminalbench.judge_plugin`), put first on ``sys.path`` of ``python -I``: the same pytest
-  serves a task container whose image has none (the Docker backend).
-* ``pytest.ini``: the judge's (empty) configuration, so ini files and ``addopts`` in the agent's folder are
-  never read.
-
-The verdict comes from the judge's own record of its pytest runs: under bubblewrap the verdict file that the
-judge's daemon writes where no test-phase process can reach (:func:`read_verdict`, see
-:mod:`r2v_envs.terminalbench.judge_daemon`), elsewhere pytest's JUnit XML in a folder created for the test
-phase (:func:`read_junit`). Text the test script or the agent prints is never parsed. Statuses follow pytest:
-``passed``, ``failed``, ``error``, ``skipped``, ``xfailed``, ``xpassed``.
+Two records, one reader per record: the verdict file that the judge's daemon writes where no test-phase process can
+reach it (:func:`read_verdict`, under bubblewrap started by root; see :mod:`.inside.daemon`), and elsewhere pytest's
+JUnit XML in a folder made fresh for the test phase (:func:`read_junit`). Statuses follow pytest: ``passed``,
+``failed``, ``error``, ``skipped``, ``xfailed``, ``xpassed``. :func:`parse_pytest_summary` reads pytest's printed
+"short test summary info" (``-rA``), for display only: printed text can be forged.
 
 Example:
     >>> import tempfile, pathlib
@@ -28,133 +16,41 @@ Example:
     ...     '</testsuite></testsuites>')
     >>> read_junit(d)
     {'test_outputs::test_a': 'passed', 'test_outputs::test_b': 'failed'}
+    >>> out = '''=== short test summary info ===
+    ... PASSED tests/test_outputs.py::test_a
+    ... FAILED tests/test_outputs.py::test_b - assert 1 == 2
+    ... === 1 failed, 1 passed in 0.1s ==='''
+    >>> parse_pytest_summary(out)
+    {'test_outputs.py::test_a': 'passed', 'test_outputs.py::test_b': 'failed'}
+    >>> tests_passed(parse_pytest_summary(out)), tests_passed({})
+    (False, False)
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib.metadata
 import json
 import os
 import re
-import shutil
-import stat
-import sys
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.core import cache_dir
-from r2v_envs.terminalbench.shim import NOOPS
-
-RUNTIME_MOUNT = "/opt/r2v-test-runtime"
-COMMANDS = ("uv", "uvx", "pytest", "py.test", "python", "python3", "pip", "pip3", "curl", "wget", "apt-get", "apt")
-# pytest and what it imports at run time (pure Python, so the copy also runs on a container's interpreter).
-SITE_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli")
-_HERE = Path(__file__).parent
 _MAX_REPORT_BYTES = 20 << 20
-_WRAPPER = """#!/bin/sh
-# r2v offline test runtime: {name} (see r2v_envs/terminalbench/shim.py)
-RT=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
-# Start the interpreter in the read-only runtime, not the agent's folder: a relative sys.path entry (an
-# editable install's path hook) would otherwise import a sitecustomize.py the agent planted there.
-R2V_CWD=$PWD; export R2V_CWD
-cd "$RT" || exit 1
-exec "${{R2V_TEST_PYTHON:-python3}}" -I "$RT/lib/r2v_shim.py" {name} "$@"
-"""
+_SUMMARY_HEADER = re.compile(r"=+ short test summary info =+")
+_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
 
 
-def _dist_files(name: str) -> list[tuple[Path, str]]:
-    """(absolute source, path relative to site-packages) of an installed distribution's importable files."""
-    try:
-        dist = importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return []
-    out = []
-    for f in dist.files or ():
-        rel = str(f)
-        if rel.startswith("..") or ".dist-info" in rel.split("/")[0] or rel.endswith(".pyc") or "/bin/" in rel:
-            continue
-        out.append((Path(dist.locate_file(f)), rel))
-    return out
+@dataclass(frozen=True)
+class TestRun:
+    """The test phase: the script's output (display only) and the verdict's source, the judge's record."""
 
-
-@functools.cache  # once per process: it reads package metadata, ~7 ms, and a reset asked for it twice
-def _digest() -> str:
-    h = hashlib.sha256()
-    for name in ("shim.py", "judge_plugin.py", "judge_daemon.py"):
-        h.update((_HERE / name).read_bytes())
-    h.update(_WRAPPER.encode())
-    for name in SITE_DISTRIBUTIONS:
-        try:
-            h.update(f"{name}={importlib.metadata.version(name)}".encode())
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return h.hexdigest()[:16]
-
-
-def build_test_runtime(root: str | os.PathLike | None = None) -> Path:
-    """The runtime folder (built on first use; rebuilt when the shim, the plugin or pytest changes).
-
-    Files are read-only (0444/0555) and the backends only ever mount the folder read-only, so neither the
-    agent nor a test script can change it.
-    """
-    base = Path(root) if root is not None else cache_dir("terminalbench-runtime")
-    target = base / _digest()
-    if (target / "complete").is_file():
-        return target
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=base))
-    try:
-        (tmp / "bin").mkdir()
-        (tmp / "lib").mkdir()
-        (tmp / "site").mkdir()
-        shutil.copy2(_HERE / "shim.py", tmp / "lib" / "r2v_shim.py")
-        shutil.copy2(_HERE / "judge_daemon.py", tmp / "lib" / "r2v_judged.py")
-        shutil.copy2(_HERE / "judge_plugin.py", tmp / "site" / "r2v_judge_plugin.py")
-        for name in COMMANDS:
-            (tmp / "bin" / name).write_text(_WRAPPER.format(name=name))
-        (tmp / "build-bin").mkdir()
-        for name in NOOPS:  # first on PATH for a Dockerfile's RUN steps only (see backends.LocalBackend)
-            (tmp / "build-bin" / name).write_text(_WRAPPER.format(name=name))
-        for dist in SITE_DISTRIBUTIONS:
-            for src, rel in _dist_files(dist):
-                if src.is_file():
-                    dst = tmp / "site" / rel
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, dst)
-        if not (tmp / "site" / "pytest").is_dir():
-            raise RuntimeError("the offline test runtime needs pytest installed on the host (pip install pytest)")
-        (tmp / "pytest.ini").write_text("[pytest]\n# the judge's configuration: nothing from the task folder\n")
-        (tmp / "complete").write_text(_digest() + "\n")
-        for path in [*tmp.rglob("*")]:
-            if path.is_dir():
-                path.chmod(0o555)
-            else:
-                path.chmod(0o555 if path.parent.name in ("bin", "build-bin") else 0o444)
-        tmp.chmod(0o555)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first: use its copy
-            _rmtree(tmp)
-    except BaseException:
-        _rmtree(tmp)
-        raise
-    return target
-
-
-def _rmtree(path: Path) -> None:
-    def unlock(func, p, _exc):
-        os.chmod(os.path.dirname(p), 0o755)
-        os.chmod(p, stat.S_IWUSR | stat.S_IRUSR | stat.S_IXUSR)
-        func(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=unlock)
-    else:
-        shutil.rmtree(path, onerror=unlock)
+    output: str
+    exit_code: int | None  # None when killed at the deadline
+    timed_out: bool
+    wall_time_s: float
+    results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the judge's record
+    judge: Mapping[str, Any] = field(default_factory=dict)  # how it was judged (report, refused files, ...)
 
 
 def read_junit(folder: str | os.PathLike) -> dict[str, str]:
@@ -300,3 +196,48 @@ def read_verdict(path: str | os.PathLike,
             "partial_runs": [n for n, r in runs.items() if r["partial"]],
             "unfinished_runs": [n for n, r in runs.items() if not r["finished"] or r["exit"] is None]}
     return results, info
+
+
+def parse_pytest_summary(output: str) -> dict[str, str]:
+    """Test name -> status from pytest's ``-rA`` short summary (the last one in ``output``)."""
+    parts = _SUMMARY_HEADER.split(output)
+    if len(parts) < 2:
+        return {}
+    results: dict[str, str] = {}
+    for line in parts[-1].splitlines():
+        m = _SUMMARY_LINE.match(line.strip())
+        if m:
+            name = m.group(2).split("/")[-1]
+            results[name] = m.group(1).lower()
+    return results
+
+
+def tests_passed(results: Mapping[str, str]) -> bool:
+    """pytest's own verdict (exit status 0 with tests run): resolved when at least one test ran (passed,
+    xfailed or xpassed) and none failed or errored; skipped tests neither fail nor resolve a task. An empty
+    report fails. ``xpass`` under ``strict`` arrives as ``failed``, as pytest reports it.
+
+    Example:
+        >>> tests_passed({"a": "passed", "b": "skipped"}), tests_passed({"a": "skipped"})
+        (True, False)
+        >>> tests_passed({"a": "passed", "b": "xfailed", "c": "xpassed"}), tests_passed({"a": "passed", "b": "error"})
+        (True, False)
+    """
+    statuses = {_ALIASES.get(s, s) for s in results.values()}
+    return bool(statuses & {"passed", "xfailed", "xpassed"}) and not statuses & {"failed", "error"}
+
+
+_ALIASES = {"xfail": "xfailed", "xpass": "xpassed"}  # parse_pytest_summary's words
+
+
+def junit_info(out_dir: Path, output: str) -> dict[str, Any]:
+    """How a JUnit verdict was reached: the reports read, the files the judge's plugin refused to import, and what
+    the script printed (for comparison only, never the verdict: anything can print it)."""
+    refused: list[str] = []
+    for path in sorted(out_dir.glob("judge-*.json")):
+        try:
+            refused += json.loads(path.read_text()).get("refused", [])
+        except (OSError, ValueError, AttributeError):
+            pass
+    return {"report": "junit", "reports": len(list(out_dir.glob("junit-*.xml"))), "tamper_proof": False,
+            "refused_files": sorted(set(map(str, refused))), "printed_summary": parse_pytest_summary(output)}

@@ -10,25 +10,32 @@ host interpreter, image set-up with no local meaning (``useradd``, ``chown``, ..
 
 What cannot be done locally fails the load with :class:`TaskLoadError`, naming the step and why: writes under
 the system directories (``/usr``, ``/etc``, ...), multi-stage ``COPY --from``, ``ADD`` of a URL, a package the
-host lacks. The result (the workdir, the writable root and the environment) is cached per task and content
+host lacks. ``apt-get install`` is skipped (the host's tools serve); where a step then fails, the error lists every
+package the image's ``apt-get install`` steps name that the host lacks, all at once (``scripts/install.sh``
+installs the ones Terminal-Bench images routinely carry: tmux, asciinema, ...).
+
+The result (the workdir, the writable root and the environment) is cached per task and content
 (:class:`BuildCache`), so a task's later episodes start from a copy.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from r2v_envs.core import cache_dir
-from r2v_envs.terminalbench.tasks import TaskFormatError, TerminalTask, expand_vars
+from r2v_envs.terminalbench.task import DockerfileStep, TaskFormatError, TerminalTask, expand_vars
 
 BUILD_VERSION = "2"  # bump when the interpretation changes: old cache entries are then ignored
 # Top-level folders a task may not write: the host's read-only system, and the harness' own mount points.
@@ -44,18 +51,23 @@ IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NEEDS_NETWORK = re.compile(r"cannot install |Could not resolve host|Network is unreachable|EAI_AGAIN|"
                            r"getaddrinfo|Temporary failure in name resolution|Failed to establish a new connection")
 _SKIP_IN_CACHE = re.compile(r"^r2v-tb-")  # bubblewrap's mount points left in the task's /tmp
+_APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+([^&|;\n]*\binstall\b[^&|;\n]*)")
 
 
 class TaskLoadError(TaskFormatError):
     """A task the local backend cannot set up: which Dockerfile step, and why (``needs_network`` when a
     package or download it needs is not available offline)."""
 
-    def __init__(self, task_id: str, step: int, instruction: str, why: str, needs_network: bool = False):
+    def __init__(self, task_id: str, step: int, instruction: str, why: str, needs_network: bool = False,
+                 host_lacks: Sequence[str] = ()):
         self.task_id, self.step, self.instruction, self.why = task_id, step, instruction, why
-        self.needs_network = needs_network
+        self.needs_network, self.host_lacks = needs_network, list(host_lacks)
         short = instruction if len(instruction) < 300 else instruction[:300] + " ..."
         tag = " [needs_network]" if needs_network else ""
-        super().__init__(f"{task_id}: Dockerfile step {step} `{short}` cannot run locally{tag}: {why}")
+        lacks = (f"\nThe host lacks {len(self.host_lacks)} package(s) the image's apt-get steps install: "
+                 f"{' '.join(self.host_lacks)} (as root: apt-get install {' '.join(self.host_lacks)}; "
+                 f"scripts/install.sh installs those Terminal-Bench images usually carry)") if self.host_lacks else ""
+        super().__init__(f"{task_id}: Dockerfile step {step} `{short}` cannot run locally{tag}: {why}{lacks}")
 
 
 @dataclass
@@ -132,8 +144,68 @@ def interpret(task: TerminalTask, layout: Layout, run: Callable[[str, str, dict[
             if code != 0:
                 tail = out.strip()[-1200:]
                 raise TaskLoadError(task.task_id, n, text, f"exit status {code}:\n{tail}",
-                                    needs_network=bool(NEEDS_NETWORK.search(out)))
+                                    needs_network=bool(NEEDS_NETWORK.search(out)),
+                                    host_lacks=packages_host_lacks(task.dockerfile))
     return env
+
+
+_APT_VALUED = {"-o", "--option", "-t", "--target-release", "-c", "--config-file", "-a", "--host-architecture"}
+
+
+def apt_packages(args: list[str]) -> list[str] | None:
+    """The packages of an ``apt-get``/``apt`` command line (versions and architectures cut), None when it does not
+    install.
+
+    Example:
+        >>> apt_packages(["-o", "Dpkg::Use-Pty=0", "install", "-y", "tmux=3.3a-3", "jq:i386"])
+        ['tmux', 'jq']
+        >>> apt_packages(["update"]) is None
+        True
+    """
+    words, skip = [], False
+    for a in args:
+        if skip or a in _APT_VALUED:
+            skip = not skip
+            continue
+        if not a.startswith("-"):
+            words.append(a)
+    if words[:1] != ["install"]:
+        return None
+    return [re.split(r"[=:]", w, maxsplit=1)[0] for w in words[1:] if re.fullmatch(r"[a-z0-9][a-z0-9+.:=~-]*", w)]
+
+
+@functools.cache  # once per process: dpkg-query answers in ~30 ms
+def host_packages() -> frozenset[str]:
+    """The host's installed Debian packages (empty where there is no dpkg to ask)."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}\\n"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(line.split()[-1].split(":")[0] for line in out.splitlines() if line.startswith("ii "))
+
+
+def packages_host_lacks(dockerfile: Sequence[DockerfileStep]) -> list[str]:
+    """Every package an ``apt-get install`` of the Dockerfile's ``RUN`` steps names that the host has not installed
+    (in order, once each; [] where the host has no dpkg to ask).
+
+    Example:
+        >>> step = DockerfileStep("RUN", ("apt-get update && apt-get install -y bash r2v-no-such-package && ls",))
+        >>> packages_host_lacks([step]) == (["r2v-no-such-package"] if host_packages() else [])
+        True
+    """
+    have = host_packages()
+    if not have:
+        return []
+    lacking: dict[str, None] = {}
+    for step in dockerfile:
+        for m in _APT_INSTALL.finditer(step.args[0] if step.op == "RUN" and step.args else ""):
+            try:
+                words = shlex.split(m.group(1))
+            except ValueError:
+                continue
+            lacking.update(dict.fromkeys(p for p in apt_packages(words) or () if p not in have))
+    return list(lacking)
 
 
 def _where(path: str, layout: Layout) -> str:

@@ -5,54 +5,46 @@
   ``docker-compose.yaml``, ``run-tests.sh``, ``solution.sh`` or ``solution.yaml`` (a list of ``{command,
   min_timeout_sec, max_timeout_sec, block}``) and ``tests/``.
 * Harbor (Terminal-Bench 2.x): ``task.toml`` (``[agent] timeout_sec``, ``[verifier] timeout_sec``,
-  ``[metadata]``), ``instruction.md``, ``environment/`` (the Docker build context with its ``Dockerfile``),
-  ``tests/test.sh`` and ``solution/solve.sh``.
+  ``[environment] cpus`` and ``memory_mb``, ``[metadata]``), ``instruction.md``, ``environment/`` (the Docker build
+  context with its ``Dockerfile``), ``tests/test.sh`` and ``solution/solve.sh``.
 
 A suite is any directory of such task directories, in either format: the shipped one
 (``r2v_envs/terminalbench/shipped_tasks``) or a clone of a task repository. :func:`load_suite` skips malformed tasks with
 one :class:`TaskFormatWarning` that lists them.
 
-Success is judged from the judge's own record of its pytest runs (:mod:`r2v_envs.terminalbench.runtime`) with
-pytest's semantics (:func:`tests_passed`): resolved when at least one test ran and none failed or errored. :func:`parse_pytest_summary` reads
-pytest's printed "short test summary info" (``-rA``), for display only: printed text can be forged.
+A task is data: how it is set up (:mod:`r2v_envs.terminalbench.backends`) and judged
+(:mod:`r2v_envs.terminalbench.judge`) lives elsewhere.
 
 Example:
-    >>> out = '''=== short test summary info ===
-    ... PASSED tests/test_outputs.py::test_a
-    ... FAILED tests/test_outputs.py::test_b - assert 1 == 2
-    ... === 1 failed, 1 passed in 0.1s ==='''
-    >>> parse_pytest_summary(out)
-    {'test_outputs.py::test_a': 'passed', 'test_outputs.py::test_b': 'failed'}
-    >>> tests_passed(parse_pytest_summary(out)), tests_passed({})
-    (False, False)
+    >>> suite = load_suite()
+    >>> task = suite["greeting-cli"]
+    >>> task.format, task.workdir, task.cpus, task.memory_mb, task.expert_actions()[-1]
+    ('terminal-bench', '/app', 1.0, 2048, 'mark_task_complete')
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from r2v_envs.errors import R2VError, UnknownChoiceError
+from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.terminalbench.task.dockerfile import DockerfileStep, TaskFormatError, read_dockerfile
 
 FORMATS = ("terminal-bench", "harbor")
 
-SHIPPED_TASKS_DIR = Path(__file__).parent / "shipped_tasks"
+SHIPPED_TASKS_DIR = Path(__file__).parents[1] / "shipped_tasks"
 DEFAULT_AGENT_TIMEOUT_S = 360.0  # Terminal-Bench's defaults
 DEFAULT_TEST_TIMEOUT_S = 60.0
 DEFAULT_STEP_TIMEOUT_S = 180.0  # Terminal-Bench's TerminalCommand.max_timeout_sec default
-_SUMMARY_HEADER = re.compile(r"=+ short test summary info =+")
-_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
+# What a task that declares no `[environment] cpus`/`memory_mb` gets (the original format declares none): one core
+# and the 2 GB each process of the local backend always had.
+DEFAULT_CPUS = 1.0
+DEFAULT_MEMORY_MB = 2048
 PARSERS = ("pytest",)
-
-
-class TaskFormatError(R2VError, ValueError):
-    """A task directory that does not follow Terminal-Bench's format."""
 
 
 class TaskFormatWarning(UserWarning):
@@ -64,16 +56,6 @@ class SolutionStep:
     command: str
     timeout_s: float = 30.0
     block: bool = True
-
-
-@dataclass(frozen=True)
-class DockerfileStep:
-    """One instruction of the task's Dockerfile; the local backend interprets ``COPY``/``ADD``, ``RUN``,
-    ``WORKDIR``, ``ENV`` and ``ARG`` (:mod:`r2v_envs.terminalbench.build`); ``FROM`` and the rest are the host's
-    business."""
-
-    op: str
-    args: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -92,6 +74,8 @@ class TerminalTask:
     dockerfile: tuple[DockerfileStep, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     format: str = "terminal-bench"
+    cpus: float = DEFAULT_CPUS  # the task's container: CPU cores (Harbor's [environment] cpus)
+    memory_mb: int = DEFAULT_MEMORY_MB  # and memory (Harbor's [environment] memory_mb)
 
     @property
     def tests_dir(self) -> Path:
@@ -144,7 +128,7 @@ def load_task(path: str | Path) -> TerminalTask:
     parser = spec.get("parser_name", "pytest")
     if parser not in PARSERS:
         raise UnknownChoiceError("test parser", parser, PARSERS)
-    dockerfile = _read_dockerfile(path / "Dockerfile") if (path / "Dockerfile").is_file() else ()
+    dockerfile = read_dockerfile(path / "Dockerfile") if (path / "Dockerfile").is_file() else ()
     workdir = next((s.args[0] for s in reversed(dockerfile) if s.op == "WORKDIR"), "/app")
     agent_timeout = _number(spec, "max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT_S, spec_file)
     return TerminalTask(
@@ -190,18 +174,20 @@ def _load_harbor(path: Path) -> TerminalTask:
                                                                                   "environment")}
     meta = sections["metadata"]
     dockerfile_path = path / "environment" / "Dockerfile"
-    dockerfile = _read_dockerfile(dockerfile_path) if dockerfile_path.is_file() else ()
+    dockerfile = read_dockerfile(dockerfile_path) if dockerfile_path.is_file() else ()
     workdir = next((s.args[0] for s in reversed(dockerfile) if s.op == "WORKDIR"), "/app")
     agent_timeout = _number(sections["agent"], "timeout_sec", DEFAULT_AGENT_TIMEOUT_S, spec_file)
     solve = path / "solution" / "solve.sh"
     solution = (SolutionStep(_harbor_solution_command(path / "solution"), agent_timeout),) if solve.is_file() \
         else ()
+    environment = sections["environment"]
     return TerminalTask(
         task_id=path.name, path=path, instruction=instruction.strip(), max_agent_timeout_s=agent_timeout,
         max_test_timeout_s=_number(sections["verifier"], "timeout_sec", DEFAULT_TEST_TIMEOUT_S, spec_file),
         difficulty=str(meta.get("difficulty", "")), category=str(meta.get("category", "")),
         tags=tuple(meta.get("tags") or ()), solution=solution, workdir=workdir, dockerfile=dockerfile, meta=spec,
-        format="harbor")
+        format="harbor", cpus=_number(environment, "cpus", DEFAULT_CPUS, spec_file),
+        memory_mb=int(_number(environment, "memory_mb", DEFAULT_MEMORY_MB, spec_file)))
 
 
 HARBOR_SOLUTION_DIR = "/solution"
@@ -291,147 +277,3 @@ def _read_solution(path: Path, agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S)
     return ()
 
 
-_HEREDOC = re.compile(r"(?<!<)<<-?(?!<)\s*(['\"]?)([A-Za-z_][\w-]*)\1")
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Dockerfile lines with continuations joined and ``RUN`` heredocs (``<<'EOF' ... EOF``) kept whole."""
-    out: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        while line.endswith("\\") and i < len(lines):
-            nxt = lines[i]
-            i += 1
-            if not nxt.lstrip().startswith("#"):  # comment lines inside a continued instruction are dropped
-                line = line[:-1] + " " + nxt
-        for m in _HEREDOC.finditer(line):
-            body = []
-            while i < len(lines) and lines[i].strip() != m.group(2):
-                body.append(lines[i])
-                i += 1
-            i += 1
-            line += "\n" + "\n".join(body) + "\n" + m.group(2)
-        out.append(line.strip())
-    return out
-
-
-def _read_dockerfile(path: Path) -> tuple[DockerfileStep, ...]:
-    """The instructions the local backend interprets, in order: ``COPY``/``ADD`` (sources..., dest),
-    ``RUN`` (the shell text, heredocs included), ``WORKDIR``, ``ENV`` (name, value, name, value, ...; values
-    unexpanded), ``ARG`` (name[, default]); every other instruction (``FROM``, ``USER``, ``CMD``, ...) is kept
-    with its text, so step numbers match the file."""
-    steps = []
-    for line in _logical_lines(path.read_text(errors="replace")):
-        op, _, rest = line.partition(" ")
-        op, rest = op.upper(), rest.strip()
-        if op in ("COPY", "ADD"):
-            try:
-                args = [a for a in shlex.split(rest) if not a.startswith("--")]
-            except ValueError as exc:
-                raise TaskFormatError(f"{path}: cannot parse `{line[:200]}`: {exc}") from exc
-            if rest.startswith("["):  # the JSON form
-                import json
-
-                args = [str(a) for a in json.loads(rest)]
-            steps.append(DockerfileStep(op, tuple(args)))
-        elif op in ("RUN", "WORKDIR", "USER"):
-            if op == "RUN" and rest.startswith("["):  # exec form: ["executable", "arg", ...]
-                import json
-
-                rest = " ".join(shlex.quote(str(a)) for a in json.loads(rest))
-            steps.append(DockerfileStep(op, (rest,)))
-        elif op in ("ENV", "ARG"):
-            steps.append(DockerfileStep(op, _assignments(op, rest, path)))
-        else:  # FROM, CMD, EXPOSE, ...: kept (ignored) so steps are numbered as in the file
-            steps.append(DockerfileStep(op, (rest,)))
-    return tuple(steps)
-
-
-def _assignments(op: str, rest: str, path: Path) -> tuple[str, ...]:
-    """``ENV a=1 b="x y"`` -> (a, 1, b, x y); legacy ``ENV a x y`` -> (a, x y); ``ARG n[=d]`` -> (n[, d])."""
-    first = rest.split(None, 1)[0] if rest.split() else ""
-    if op == "ENV" and "=" not in first:
-        key, _, value = rest.partition(" ")
-        return key.strip(), value.strip()
-    try:
-        words = shlex.split(rest, posix=True) if "$" not in rest else _split_keep_dollars(rest)
-    except ValueError as exc:
-        raise TaskFormatError(f"{path}: cannot parse `{op} {rest[:200]}`: {exc}") from exc
-    out: list[str] = []
-    for word in words:
-        key, eq, value = word.partition("=")
-        out += [key, value] if eq or op == "ENV" else [key]
-        if op == "ARG":
-            break  # one ARG per instruction (Docker allows several; none of ours needs them)
-    return tuple(out)
-
-
-def _split_keep_dollars(text: str) -> list[str]:
-    # shlex drops nothing but quotes; `$` is kept verbatim for the backend's Docker-style expansion
-    lex = shlex.shlex(text, posix=True)
-    lex.whitespace_split = True
-    lex.escape = ""
-    return list(lex)
-
-
-_VAR = re.compile(r"(?P<esc>\\\$)|\$\{(?P<braced>\w+)(?::(?P<op>[-+])(?P<word>[^}]*))?\}|\$(?P<plain>\w+)")
-
-
-def expand_vars(text: str, env: Mapping[str, str]) -> str:
-    r"""Docker's variable substitution in ``ENV``, ``ARG``, ``COPY``, ``WORKDIR``: ``$VAR``, ``${VAR}``,
-    ``${VAR:-default}``, ``${VAR:+alternative}``; ``\$`` is a literal dollar; unset variables are empty.
-
-    Example:
-        >>> expand_vars("/opt/v/bin:${PATH}", {"PATH": "/usr/bin"})
-        '/opt/v/bin:/usr/bin'
-        >>> expand_vars(r"${A:-x}-${B:+y}-$C-\$D", {"B": "1", "C": "c"})
-        'x-y-c-$D'
-    """
-    def sub(m: re.Match) -> str:
-        if m.group("esc"):
-            return "$"
-        value = env.get(m.group("braced") or m.group("plain"), "")
-        if m.group("op") == "-":
-            return value or m.group("word")
-        if m.group("op") == "+":
-            return m.group("word") if value else ""
-        return value
-
-    return _VAR.sub(sub, text)
-
-
-def parse_pytest_summary(output: str) -> dict[str, str]:
-    """Test name -> status from pytest's ``-rA`` short summary (the last one in ``output``)."""
-    parts = _SUMMARY_HEADER.split(output)
-    if len(parts) < 2:
-        return {}
-    results: dict[str, str] = {}
-    for line in parts[-1].splitlines():
-        m = _SUMMARY_LINE.match(line.strip())
-        if m:
-            name = m.group(2).split("/")[-1]
-            results[name] = m.group(1).lower()
-    return results
-
-
-def tests_passed(results: Mapping[str, str]) -> bool:
-    """pytest's own verdict (exit status 0 with tests run): resolved when at least one test ran (passed,
-    xfailed or xpassed) and none failed or errored; skipped tests neither fail nor resolve a task. An empty
-    report fails. ``xpass`` under ``strict`` arrives as ``failed``, as pytest reports it.
-
-    Example:
-        >>> tests_passed({"a": "passed", "b": "skipped"}), tests_passed({"a": "skipped"})
-        (True, False)
-        >>> tests_passed({"a": "passed", "b": "xfailed", "c": "xpassed"}), tests_passed({"a": "passed", "b": "error"})
-        (True, False)
-    """
-    statuses = {_ALIASES.get(s, s) for s in results.values()}
-    return bool(statuses & {"passed", "xfailed", "xpassed"}) and not statuses & {"failed", "error"}
-
-
-_ALIASES = {"xfail": "xfailed", "xpass": "xpassed"}  # parse_pytest_summary's words
