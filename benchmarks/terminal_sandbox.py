@@ -15,6 +15,7 @@ Each task is played on both backends back to back, the order alternating between
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import time
@@ -23,6 +24,7 @@ import gymnasium as gym
 
 import r2v_envs  # noqa: F401
 from r2v_envs.terminalbench.backends import LocalBackend
+from r2v_envs.terminalbench.judge.phase import ScriptRun
 from r2v_envs.terminalbench.task import load_suite
 
 
@@ -35,15 +37,15 @@ class PlainBackend(LocalBackend):
         super().__init__(isolation="rlimit", hold_ahead=False)
         self.isolation = "none"
 
-    def _run(self, sandbox, script, timeout_s, env, prepared=None, meanwhile=None):
+    def _run(self, call, prepared=None, meanwhile=None):
         # every script of the backend (commands, build steps, the tests) comes through here
         start = time.monotonic()
         try:
-            r = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], cwd=self.scratch, env={
-                **__import__("os").environ, **env}, capture_output=True, text=True, timeout=timeout_s)
-            return r.stdout + r.stderr, r.returncode, False, time.monotonic() - start
+            r = subprocess.run(["bash", "--noprofile", "--norc", "-c", call.script], cwd=self.scratch,
+                               env={**os.environ, **call.env}, capture_output=True, text=True, timeout=call.timeout_s)
+            return ScriptRun(r.stdout + r.stderr, r.returncode, False, time.monotonic() - start)
         except subprocess.TimeoutExpired as exc:
-            return str(exc.stdout or ""), None, True, time.monotonic() - start
+            return ScriptRun(str(exc.stdout or ""), None, True, time.monotonic() - start)
 
 
 def play(env, task_id) -> tuple[float, bool]:

@@ -9,9 +9,10 @@ load (:mod:`.mounts`).
 
 Every command of an episode, its build's steps and its test phase run as one unprivileged uid (bubblewrap started
 by root) that owns the whole copy; the commands and the steps see it as root (a user namespace maps it to 0), as in
-the task's container, so the same seed shows the same bytes whatever uid an episode drew; each tree is bounded as the task declares (``[environment] cpus`` and
-``memory_mb``: a cgroup where the host gives one, see :mod:`r2v_envs.cgroups`) and ends only once all its processes
-are gone. Each sandbox is set up while the command before it runs (:mod:`.ahead`).
+the task's container, so the same seed shows the same bytes whatever uid an episode drew. Each tree is bounded as the
+task declares (``[environment] cpus`` and ``memory_mb``: a cgroup where the host gives one, see
+:mod:`r2v_envs.cgroups`) and ends only once all its processes are gone. Each sandbox is set up while the command
+before it runs (:mod:`.ahead`).
 
 Example:
     >>> import gymnasium as gym, r2v_envs
