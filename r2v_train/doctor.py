@@ -33,6 +33,7 @@ from typing import Any
 
 from r2v_envs.core import cache_dir
 from r2v_envs.humaneval.data import OVERRIDE_VAR, cache_root
+from r2v_envs.cgroups import cgroup_version
 from r2v_envs.sandbox import ISOLATION_GUARANTEES, Sandbox, available_isolations
 from r2v_envs.terminalbench.backends import docker_available
 
@@ -41,7 +42,7 @@ SECTIONS = ("python", "cpu", "sandbox", "docker", "gpu", "cache", "extras", "dat
 GUARANTEE_TEXT = {
     "rlimits": "CPU/memory/file-size limits", "tree_kill": "whole process tree killed at the deadline",
     "filesystem": "host files hidden, only the scratch dir writable", "network": "no network",
-    "environment": "no host environment variables", "processes": "fork bombs stopped (RLIMIT_NPROC)",
+    "environment": "no host environment variables", "processes": "fork bombs stopped (RLIMIT_NPROC or a cgroup)",
 }
 ALL_GUARANTEES = frozenset().union(*ISOLATION_GUARANTEES.values(), {"processes"})
 EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
@@ -90,7 +91,7 @@ def sandbox_section() -> dict[str, Any]:
     sandbox = Sandbox(levels[0])
     return {"available": levels, "level": sandbox.isolation, "contains": sorted(sandbox.guarantees),
             "lacks": sorted(ALL_GUARANTEES - sandbox.guarantees), "bwrap_installed": bool(shutil.which("bwrap")),
-            "root": os.geteuid() == 0, "drops_privileges": sandbox.drops_privileges}
+            "root": os.geteuid() == 0, "drops_privileges": sandbox.drops_privileges, "cgroups": cgroup_version()}
 
 
 def docker_section(timeout_s: float = 1.0) -> dict[str, Any]:
@@ -260,6 +261,8 @@ def format_report(r: dict[str, Any]) -> str:
     rows.append(("sandbox", f"{sb['level']}{hint}; levels here: {', '.join(sb['available'])}"))
     rows.append(("  contains", "; ".join(GUARANTEE_TEXT[g] for g in sb["contains"])))
     rows.append(("  lacks", lacks))
+    rows.append(("  trees", f"cgroup {sb['cgroups']}: each command's processes, CPUs and memory bounded as a whole"
+                 if sb["cgroups"] else "no cgroups here: bounded per process only, at a lower CPU priority (nice)"))
     if dk["sdk"]:
         docker = "engine reachable" if dk["reachable"] else "no engine answers"
         docker += f" (SDK {dk['sdk']}); TerminalBench auto -> {'docker' if dk['reachable'] else 'local sandbox'}"
