@@ -24,7 +24,7 @@ import gymnasium as gym
 
 import r2v_envs  # noqa: F401
 from r2v_envs.terminalbench.backends import LocalBackend
-from r2v_envs.terminalbench.judge.phase import ScriptRun
+from r2v_envs.terminalbench.judge.verdict import ScriptRun
 from r2v_envs.terminalbench.task import load_suite
 
 

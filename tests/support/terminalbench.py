@@ -117,39 +117,37 @@ def workspace_ops(rng: random.Random, build_files: list[str], n: int = 10) -> li
     def any_file() -> str:
         return rng.choice(build_files + made) if made and rng.random() < 0.5 else rng.choice(build_files)
 
+    def into(name: str) -> str:  # a path whose folder is made first
+        return f"mkdir -p $(dirname {shlex.quote(name)}) && "
+
     ops: list[str] = []
     for k in range(n):
         kind = ("overwrite", "create")[k] if k < 2 else rng.choice(
             ["create", "overwrite", "heredoc", "append", "chmod", "mkdir", "rm", "mv", "symlink", "chmod_dir"])
-        text = f"line {k} {rng.randrange(10 ** 6)}"
+        text, target = f"line {k} {rng.randrange(10 ** 6)}", any_file()  # the target before any new name
+        if kind in ("create", "mv", "symlink"):  # these make a file of their own
+            made.append(f"link-{k}" if kind == "symlink" else new_name())
         if kind == "create":
-            name = new_name()
-            made.append(name)
-            ops.append(f"mkdir -p $(dirname {shlex.quote(name)}) && printf '%s\\n' {shlex.quote(text)} > "
-                       f"{shlex.quote(name)}")
+            ops.append(into(made[-1]) + f"printf '%s\\n' {shlex.quote(text)} > {shlex.quote(made[-1])}")
+        elif kind == "mv":
+            ops.append(into(made[-1]) + f"mv {shlex.quote(target)} {shlex.quote(made[-1])}")
+        elif kind == "symlink":  # a relative symlink inside the workspace
+            ops.append(f"ln -sfn {shlex.quote(target)} {made[-1]}")
         elif kind == "overwrite":
-            ops.append(f"echo {shlex.quote(text)} > {shlex.quote(any_file())}")
+            ops.append(f"echo {shlex.quote(text)} > {shlex.quote(target)}")
         elif kind == "heredoc":
-            ops.append(f"cat > {shlex.quote(any_file())} <<'EOF'\n{text}\nsecond line\nEOF")
+            ops.append(f"cat > {shlex.quote(target)} <<'EOF'\n{text}\nsecond line\nEOF")
         elif kind == "append":
-            ops.append(f"echo {shlex.quote(text)} >> {shlex.quote(any_file())}")
+            ops.append(f"echo {shlex.quote(text)} >> {shlex.quote(target)}")
         elif kind == "chmod":
             ops.append(f"chmod {rng.choice(['600', '640', '644', '700', '755', 'u+x', 'go-r', '444', 'a-w', '000'])} "
-                       f"{shlex.quote(any_file())}")
+                       f"{shlex.quote(target)}")
         elif kind == "chmod_dir":
             ops.append(f"chmod {rng.choice(['700', '750', '755'])} {shlex.quote(rng.choice(dirs or ['.']))}")
         elif kind == "mkdir":
             ops.append(f"mkdir -p made/sub{k}/deeper")
-        elif kind == "rm":
-            ops.append(f"rm -f {shlex.quote(any_file())}")
-        elif kind == "mv":
-            src, dst = any_file(), new_name()
-            made.append(dst)
-            ops.append(f"mkdir -p $(dirname {shlex.quote(dst)}) && mv {shlex.quote(src)} {shlex.quote(dst)}")
-        else:  # a relative symlink inside the workspace
-            link = f"link-{k}"
-            made.append(link)
-            ops.append(f"ln -sfn {shlex.quote(any_file())} {link}")
+        else:
+            ops.append(f"rm -f {shlex.quote(target)}")
     return ops
 
 

@@ -18,7 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from r2v_envs.terminalbench.judge.phase import ScriptRun, TestPhase, TestView
+from r2v_envs.terminalbench.judge.phase import TestPhase, TestView
+from r2v_envs.terminalbench.judge.verdict import ScriptRun
 from r2v_envs.terminalbench.task import TerminalTask
 
 CWD_SENTINEL = "__R2V_CWD__:"

@@ -19,8 +19,9 @@ from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError, TaskEnvironmentError
 from r2v_envs.terminalbench.backends.base import MAX_CAPTURE, Backend, CommandResult, session_script, split_cwd
-from r2v_envs.terminalbench.judge.phase import JUDGE_DIR, ScriptRun, TestPhase, TestView
+from r2v_envs.terminalbench.judge.phase import JUDGE_DIR, TestPhase, TestView
 from r2v_envs.terminalbench.judge.runtime import RUNTIME_MOUNT, build_test_runtime
+from r2v_envs.terminalbench.judge.verdict import ScriptRun
 from r2v_envs.terminalbench.task import TaskFormatError, TerminalTask
 
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -40,8 +40,9 @@ from r2v_envs.terminalbench.backends.base import MAX_CAPTURE, Backend, CommandRe
 from r2v_envs.terminalbench.backends.build import BuildCache, build_key, interpret
 from r2v_envs.terminalbench.backends.mounts import EpisodePaths
 from r2v_envs.terminalbench.backends.workspace import Workspace
-from r2v_envs.terminalbench.judge.phase import ScriptRun, TestPhase, TestView, daemon_launcher, plan_test_phase
+from r2v_envs.terminalbench.judge.phase import TestPhase, TestView, daemon_launcher, plan_test_phase
 from r2v_envs.terminalbench.judge.runtime import build_test_runtime
+from r2v_envs.terminalbench.judge.verdict import ScriptRun
 from r2v_envs.terminalbench.task import TerminalTask
 
 _BUILD_STEP_TIMEOUT_S = 600.0

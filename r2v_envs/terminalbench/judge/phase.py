@@ -38,6 +38,7 @@ from typing import Protocol
 
 from r2v_envs.terminalbench.judge.runtime import RUNTIME_MOUNT
 from r2v_envs.terminalbench.judge.verdict import (
+    ScriptRun,
     TestRun,
     junit_info,
     named_test_files,
@@ -68,16 +69,6 @@ class TestView:
     path: str  # the image's ``PATH`` (the runtime's ``bin`` goes first)
     daemon: bool  # the phase runs under the judge's daemon: the verdict file, not JUnit, decides
     env: Mapping[str, str] = field(default_factory=dict)  # the image's environment, under the harness' variables
-
-
-@dataclass(frozen=True)
-class ScriptRun:
-    """How the test script ended (its output is for display only)."""
-
-    output: str
-    exit_code: int | None  # None when killed at the deadline
-    timed_out: bool
-    wall_time_s: float
 
 
 class TestHost(Protocol):

@@ -42,13 +42,19 @@ _SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)"
 
 
 @dataclass(frozen=True)
-class TestRun:
-    """The test phase: the script's output (display only) and the verdict's source, the judge's record."""
+class ScriptRun:
+    """How a script ended (its output is for display only)."""
 
     output: str
     exit_code: int | None  # None when killed at the deadline
     timed_out: bool
     wall_time_s: float
+
+
+@dataclass(frozen=True)
+class TestRun(ScriptRun):
+    """The test phase: how the script ended, and the verdict's source, the judge's record."""
+
     results: Mapping[str, str] = field(default_factory=dict)  # test -> status, from the judge's record
     judge: Mapping[str, Any] = field(default_factory=dict)  # how it was judged (report, refused files, ...)
 
