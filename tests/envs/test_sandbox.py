@@ -362,17 +362,18 @@ WAIT = "try:\n    while True: os.wait()\nexcept ChildProcessError: pass\n"  # ea
 
 @needs_cgroups
 def test_a_tree_is_bounded_as_a_whole(tmp_path):
-    """cpus=0.5 gives the tree half a core however many processes it starts; tree_memory_bytes kills a tree whose
-    processes, each under its own limit, together exceed it."""
+    """cpus=0.25 gives the tree a quarter of a core however many processes it starts; tree_memory_bytes kills a tree
+    whose processes, each under its own limit, together exceed it. (The kernel already shares the CPU between
+    sessions, so the unbounded tree gets a fair share on a busy machine: more than the quarter, less than all.)"""
     sb = Sandbox(limits=SandboxLimits(wall_time_s=10, cpu_time_s=10, memory_bytes=400 << 20))
     burn = ("import os, time\nfor _ in range(3): os.fork()\n"  # 8 processes
             "t = time.time()\nwhile time.time() - t < 1.5: pass\n"
             "os.write(1, f'{os.times().user + os.times().system:.2f}\\n'.encode())\n" + WAIT)
     free = sb.run([sys.executable, "-c", burn], workdir=tmp_path)
-    half = sb.run([sys.executable, "-c", burn], workdir=tmp_path, limits=SandboxLimits(wall_time_s=10, cpu_time_s=10,
-                  cpus=0.5))
-    used = [sum(map(float, r.stdout.split())) for r in (free, half)]
-    assert used[1] < 0.5 * 1.5 * 1.4 < used[0], used  # 8 busy processes: all the cores, or half of one
+    quarter = sb.run([sys.executable, "-c", burn], workdir=tmp_path, limits=SandboxLimits(
+        wall_time_s=10, cpu_time_s=10, cpus=0.25))
+    used = [sum(map(float, r.stdout.split())) for r in (free, quarter)]
+    assert used[1] < 0.25 * 1.5 * 1.3 < used[0], used  # 8 busy processes for 1.5 s: their share, or a quarter core
     hog = "import os, time\nfor _ in range(3): os.fork()\nb = b'x' * (200 << 20)\ntime.sleep(0.5)\nos.write(1, b'alive\\n')\n" + WAIT
     r = sb.run([sys.executable, "-c", hog], workdir=tmp_path, limits=SandboxLimits(
         wall_time_s=20, memory_bytes=400 << 20, tree_memory_bytes=600 << 20))

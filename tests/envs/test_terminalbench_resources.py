@@ -1,0 +1,80 @@
+"""An episode's resources are bounded as its task declares (Harbor's ``[environment] cpus`` and ``memory_mb``): per
+process (the address space) and, where the host gives cgroups, for the episode's whole process tree, so a hostile
+episode that starts a busy loop in every process it can cannot take every core from the episode beside it.
+
+The kernel's scheduler already shares the CPU fairly between sessions (autogroups), so the hostile loops here each
+start a session of their own (``setsid``), as a hack that leaves loops behind does: measured on a 2-core machine,
+the honest episode's work took 3.8x its solo time beside six of them with no tree bound, 1.0-1.5x with one."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import gymnasium as gym
+import pytest
+
+import r2v_envs  # noqa: F401  (registers the envs)
+from r2v_envs.cgroups import cgroup_version
+from r2v_envs.sandbox import available_isolations
+from tests.support.terminalbench import harbor_task, play
+
+pytestmark = [pytest.mark.timeout(180),
+              pytest.mark.skipif("bwrap" not in available_isolations(), reason="a task's root needs bubblewrap")]
+LIMITS_TESTS = """import resource
+
+
+def test_the_test_phase_has_the_declared_memory():
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == 3072 << 20
+"""
+# A fixed amount of CPU work that reports its own wall time.
+WORK = ("run python3 -c \"import time; t = time.perf_counter(); sum(i * i for i in range(2_000_000)); "
+        "print('took', time.perf_counter() - t)\"")
+
+
+def make(suite):
+    return gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, backend="local", tasks_dir=suite,
+                    split="all", max_episode_steps=20)
+
+
+def test_a_task_gets_the_memory_it_declares(tmp_path):
+    harbor_task(tmp_path, "big", environment="cpus = 2\nmemory_mb = 3072", tests=LIMITS_TESTS, solve="true\n")
+    env = make(tmp_path)
+    env.reset(options={"task_id": "big"})
+    assert env.step("run ulimit -v")[0].splitlines()[2] == str(3072 << 10)  # KiB
+    assert play(env, "big").info["outcome"] == "resolved"  # the test phase checks its own limit
+    env.close()
+
+
+def took(obs: str) -> float:
+    return float(re.search(r"took ([\d.]+)", obs).group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(cgroup_version() is None, reason="no cgroups for this process: the tree's CPU is not bounded")
+def test_a_cpu_burning_episode_leaves_its_neighbour_its_share(tmp_path):
+    """Best of three rounds (a busy machine slows a round's honest runs beside the burner and alone unequally);
+    without the bound every round measured 3.5-3.8x."""
+    for name in ("burner", "honest"):
+        harbor_task(tmp_path, name, environment="cpus = 1\nmemory_mb = 1024")
+    honest, burner = make(tmp_path), make(tmp_path)
+    honest.reset(options={"task_id": "honest"})
+    burner.reset(options={"task_id": "burner"})
+    rounds = []
+    for _ in range(3):
+        solo = min(took(honest.step(WORK)[0]) for _ in range(3))  # the least disturbed of three
+        # Six busy loops, each in a session of its own, for longer than the honest runs take beside them.
+        hog = threading.Thread(target=burner.step, args=(
+            'run[timeout=5] for i in 1 2 3 4 5 6; do setsid sh -c "while :; do :; done" & done; wait',))
+        hog.start()
+        time.sleep(0.5)
+        beside = min(took(honest.step(WORK)[0]) for _ in range(3))
+        assert hog.is_alive(), "the burner ended before the honest runs did"
+        hog.join()
+        rounds.append((round(beside / solo, 2), solo, beside))
+        if beside <= 1.5 * solo:
+            break
+    honest.close()
+    burner.close()
+    assert min(rounds)[0] <= 1.5, f"beside a CPU-burning episode / alone, (ratio, alone s, beside s) per round: {rounds}"
