@@ -39,7 +39,7 @@ from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import pad
 
-from r2v_train.chain.saving import bf16_default
+from r2v_train.chain.saving import bf16_default, cuda_available
 from r2v_train.router.losses import jsd
 
 VIEW_COLUMN, CANDIDATES_COLUMN = "prompt_alt", "candidates"
@@ -67,6 +67,9 @@ class ConsistencyDPOConfig(DPOConfig):
             raise ValueError(f"consistency_coef must be >= 0; got {self.consistency_coef}")
         if self.bf16 is None:
             self.bf16 = bf16_default(None)
+        # `accelerate launch --cpu` on a GPU machine: the model stays on the CPU, so must the batches (else the
+        # Trainer sends them to CUDA: "Expected all tensors to be on the same device")
+        self.use_cpu = self.use_cpu or not cuda_available()
         super().__post_init__()
 
 

@@ -21,6 +21,7 @@ import pytest
 
 import r2v_envs  # noqa: F401  (registers the envs)
 from r2v_envs.sandbox import available_isolations
+from r2v_envs.terminalbench.backends import LocalBackend, TaskLoadError
 from r2v_envs.terminalbench.hacks import HACKS
 from r2v_envs.terminalbench.judge import build_test_runtime
 from r2v_envs.terminalbench.task import SHIPPED_TASKS_DIR, TaskFormatWarning, load_suite, load_task
@@ -35,8 +36,8 @@ BWRAP = "bwrap" in available_isolations()
 
 def make(tasks_dir=SUITE_DIR, **kw):
     kw.setdefault("perturbations", None)
-    return gym.make("R2V/TerminalBench-v0", seed=0, backend="local", tasks_dir=tasks_dir, split="all",
-                    max_episode_steps=40, **kw)
+    kw.setdefault("backend", "local")
+    return gym.make("R2V/TerminalBench-v0", seed=0, tasks_dir=tasks_dir, split="all", max_episode_steps=40, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,18 @@ def test_the_hacks_are_real(env):
     env.step("run printf 'def test_fails():\\n    assert False\\n' > /tests/test_outputs.py")
     obs, *_ = env.step("run cd / && python3 -I -m pytest -p no:cacheprovider /tests -rA")
     assert "PASSED" in obs and "test_fails" in obs and "1 passed" in obs
+
+
+def test_a_task_whose_tests_name_the_container_paths_needs_bubblewrap():
+    """Under the weaker levels a task's folders keep their host paths: a test script that names /app, /tests or
+    /logs fails the load, saying what it needs, instead of scoring every episode `no_test_results`."""
+    # Gymnasium 1.4's passive checker counts a first reset that raised as checked, then fails the first step
+    e = make(backend=LocalBackend(isolation="rlimit"), disable_env_checker=True)
+    for task_id, paths in (("harbor-csv-stats", "/logs, /tests"), ("copy-tests-to-workdir", "/app")):
+        with pytest.raises(TaskLoadError, match=f"names the container's paths {paths}, which only bubblewrap"):
+            e.reset(options={"task_id": task_id})
+    assert play(e, "upstream-uv-bootstrap").info["outcome"] == "resolved"  # it reads $TEST_DIR: runs anywhere
+    e.close()
 
 
 def test_solution_that_needs_the_network_is_typed(tmp_path):

@@ -55,8 +55,8 @@ _APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+([^&|;\n]*\binstall\b[^&|;\n]*)")
 
 
 class TaskLoadError(TaskFormatError):
-    """A task the local backend cannot set up: which Dockerfile step, and why (``needs_network`` when a
-    package or download it needs is not available offline)."""
+    """A task the local backend cannot set up: which Dockerfile step (0: another file of the task), and why
+    (``needs_network`` when a package or download it needs is not available offline)."""
 
     def __init__(self, task_id: str, step: int, instruction: str, why: str, needs_network: bool = False,
                  host_lacks: Sequence[str] = ()):
@@ -67,7 +67,8 @@ class TaskLoadError(TaskFormatError):
         lacks = (f"\nThe host lacks {len(self.host_lacks)} package(s) the image's apt-get steps install: "
                  f"{' '.join(self.host_lacks)} (as root: apt-get install {' '.join(self.host_lacks)}; "
                  f"scripts/install.sh installs those Terminal-Bench images usually carry)") if self.host_lacks else ""
-        super().__init__(f"{task_id}: Dockerfile step {step} `{short}` cannot run locally{tag}: {why}{lacks}")
+        where = f"Dockerfile step {step} `{short}`" if step else f"`{short}`"  # step 0: not the Dockerfile's
+        super().__init__(f"{task_id}: {where} cannot run locally{tag}: {why}{lacks}")
 
 
 @dataclass

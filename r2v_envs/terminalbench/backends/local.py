@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from r2v_envs.isolation import MountPlan
 from r2v_envs.sandbox import PreparedRun, Sandbox, SandboxLimits
 from r2v_envs.terminalbench.backends.ahead import HeldSandboxes
 from r2v_envs.terminalbench.backends.base import MAX_CAPTURE, Backend, CommandResult, session_script, split_cwd
-from r2v_envs.terminalbench.backends.build import BuildCache, build_key, interpret
+from r2v_envs.terminalbench.backends.build import BuildCache, TaskLoadError, build_key, interpret
 from r2v_envs.terminalbench.backends.mounts import EpisodePaths
 from r2v_envs.terminalbench.backends.workspace import Workspace
 from r2v_envs.terminalbench.judge.phase import TestPhase, TestView, daemon_launcher, plan_test_phase
@@ -88,6 +89,8 @@ class LocalBackend(Backend):
         """A fresh copy of the task: its build from the cache, else the Dockerfile interpreted (and cached), then
         given to the episode's uid; raises :class:`.build.TaskLoadError` naming the step that cannot run locally."""
         self.close()
+        if self.isolation != "bwrap":
+            _check_unmapped(task)
         self.task, self.workspace = task, Workspace(task.task_id, self.sandbox.fresh_uid())
         runtime = build_test_runtime()
         self.paths = paths = EpisodePaths(self.workspace, task, runtime, mapped=self.isolation == "bwrap")
@@ -220,3 +223,19 @@ class LocalBackend(Backend):
 
 def _shell(script: str) -> list[str]:
     return ["bash", "--noprofile", "--norc", "-c", script]
+
+
+_CONTAINER_PATH = r"(?<![\w./$-])({})(?=/|\s|$|;|\)|\"|')"
+
+
+def _check_unmapped(task: TerminalTask) -> None:
+    """Under ``unshare`` or ``rlimit`` a task's folders keep their host paths: a test script that names the
+    container's own (its WORKDIR, ``/tests``, ``/logs``, as every Harbor task's does) would find nothing there and
+    score the episode ``no_test_results``. Such a task fails to load instead, saying what it needs."""
+    script = task.run_tests_script.read_text(errors="replace") if task.run_tests_script.is_file() else ""
+    paths = sorted({m.group(1) for m in re.finditer(_CONTAINER_PATH.format("|".join(
+        map(re.escape, {task.workdir, "/tests", "/logs"}))), script)})
+    if paths:
+        raise TaskLoadError(task.task_id, 0, task.run_tests_script.name, (
+            f"its test script names the container's paths {', '.join(paths)}, which only bubblewrap maps on the "
+            "local backend (install bubblewrap: apt-get install bubblewrap; or use the docker backend)"))

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from r2v_agents.shards import load_rows  # noqa: E402
+from r2v_envs.sandbox import available_isolations  # noqa: E402
 from r2v_envs.terminalbench.task import SHIPPED_TASKS_DIR  # noqa: E402
 from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
 from r2v_train.config import CONFIG_DIR, load_config
@@ -104,6 +105,8 @@ def test_rerun_skips_and_a_killed_stage_resumes(pipeline_run):
     assert list(Path(run_dir, "router_data", "valid").rglob("*.parquet"))
 
 
+@pytest.mark.skipif("bwrap" not in available_isolations(), reason="two of the test-data tasks name the container's "
+                    "paths (/app, /tests): the local backend runs them under bubblewrap only")
 def test_cpu_presets_load_and_a_tasks_dir_runs_the_same(tmp_path):
     """The SmolLM2 presets of r2v_train/configs load as documented, and terminalbench.yaml with
     ``tasks_dir`` set to another Terminal-Bench-format folder splits and plays that folder's tasks instead."""
