@@ -95,6 +95,9 @@ class Mini:
     chain: str | None = None
     """a run directory (under the temporary directory) to start from a copy of the session's tiny chain, so that
     the documented command resumes its finished stages instead of training them again"""
+    games: tuple[str, str] | None = None
+    """(suite, split) of TextWorld games generated in the background from the session's start (tests/conftest.py):
+    the command then finds them in the cache, as it does on a user's second run"""
 
 
 def _eval_report(tmp: Path, out: str) -> None:
@@ -136,6 +139,11 @@ SHELL: dict[str, Mini | None] = {
         lambda tmp: [sys.executable, "-m", "pytest", "-m", "not slow", "--collect-only", "-q", "-p",
                      "no:cacheprovider"], slow=True, timeout_s=600,
         check=lambda tmp, out: re.search(r"\d+/\d+ tests collected \(\d+ deselected\)", out) or pytest.fail(out)),
+    # README quick start 1's minimal install: resolved against what is installed, nothing changed
+    "pip install -e '.[textworld]'": Mini(
+        lambda tmp: [sys.executable, "-m", "pip", "install", "--dry-run", "--no-build-isolation", "-e", ".[textworld]"],
+        slow=True, check=lambda tmp, out: "Would install r2v-" in out and "does not provide the extra" not in out
+        or pytest.fail(out)),
     # README quick start 2: two perturbation settings instead of six, 10 steps per episode instead of 50, the
     # report in a temporary directory; then the viewer on that run
     "r2v eval --agent r2v_eval.agents:first_admissible --envs R2V/TextWorld-v0 --tasks 2 --seeds 0": MINIATURE_EVAL,
@@ -147,9 +155,11 @@ SHELL: dict[str, Mini | None] = {
     "r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v": MINIATURE_PIPELINE,
     # docs/training.md
     "r2v pipeline --config r2v_train/configs/miniature.yaml --run-dir runs/miniature": MINIATURE_PIPELINE,
-    # docs/textworld.md: the small suite into the user's cache (a no-op once generated)
+    # docs/textworld.md: the small suite into the user's cache; its games are generated in the background from the
+    # session's start (generation itself: tests/envs/test_textworld_env.py), so the command checks a warm cache
     "r2v textworld-generate --suite small --workers 2": Mini(
         lambda tmp: R2V + ["textworld-generate", "--suite", "small", "--workers", "2"], slow=True, timeout_s=900,
+        games=("small", "all"),
         check=lambda tmp, out: re.search(r"^24 games in ", out, re.MULTILINE) or pytest.fail(out)),
     # docs/agents.md
     "python -m r2v_agents.examples.third_party_agent runs/third-party": Mini(
@@ -207,6 +217,8 @@ def test_command_table_is_the_dispatch_table() -> None:
 def _marks(mini: Mini) -> list:
     """``slow`` where it is; under pytest-xdist, the commands that share a session's outputs on one worker."""
     marks = [pytest.mark.slow] if mini.slow else []
+    if mini.games is not None:
+        marks.append(pytest.mark.textworld_games(*mini.games))
     if mini.chain is not None:
         marks.append(pytest.mark.xdist_group("tiny-chain"))  # the session's tiny chain, built once
     elif mini.needs is not None or any(m.needs is mini for m in SHELL.values() if m is not None):
@@ -220,6 +232,8 @@ def _marks(mini: Mini) -> list:
     pytest.param(c, marks=_marks(SHELL[c]), id=c[:60]) for c in COMMAND_CASES if SHELL.get(c) is not None])
 def test_documented_command_runs(command: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     mini = SHELL[command]
+    if mini.games is not None:
+        request.getfixturevalue("textworld_games")  # wait for the background generation
     if mini.chain is not None and id(mini) not in _DONE:
         template, _ = request.getfixturevalue("tiny_chain_template")
         shutil.copytree(template, tmp_path / mini.chain, symlinks=True)
