@@ -25,14 +25,23 @@ FORGER = ("import _pytest.reports as r\n_i = r.TestReport.__init__\n"
           "r.TestReport.__init__ = _f\n")
 
 
+_ROOT = tempfile.mkdtemp(prefix="r2v-inside-tests-")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_folders():
+    yield
+    shutil.rmtree(_ROOT, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def runtime():
     return build_test_runtime()
 
 
 def folder(files: dict[str, str]) -> Path:
-    """A fresh folder holding ``files``."""
-    root = Path(tempfile.mkdtemp(prefix="r2v-inside-"))
+    """A fresh folder holding ``files`` (removed with the module's folder)."""
+    root = Path(tempfile.mkdtemp(prefix="r2v-inside-", dir=_ROOT))
     root.chmod(0o755)
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +100,7 @@ def test_the_daemon_runs_requested_pytest_runs_into_its_verdict_file(runtime):
     """Outside the sandbox the runs keep this process's uid (the interpreter may live where another uid cannot
     reach, e.g. under /root); the uid drop itself is the end-to-end tests' business."""
     tests = folder({"test_outputs.py": FAILING})
-    verdict_dir, sock = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp()) / "judge.sock"
+    verdict_dir, sock = Path(tempfile.mkdtemp(dir=_ROOT)), Path(tempfile.mkdtemp(dir=_ROOT)) / "judge.sock"
     sock.parent.chmod(0o755)
     script = ("python3 -c \"import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
               "s.sendall(b'garbage'); s.close()\" $R2V_JUDGE_SOCKET; "  # a malformed request: recorded, survived
@@ -107,4 +116,3 @@ def test_the_daemon_runs_requested_pytest_runs_into_its_verdict_file(runtime):
     assert runs["runs"] == 1 and runs["missing_files"] == [] and runs["unfinished_runs"] == []
     events = [json.loads(line).get("event") for line in (verdict_dir / "v.jsonl").read_text().splitlines()]
     assert events[0] == "bad_request" and events[-1] == "script_exit"
-    shutil.rmtree(tests)

@@ -50,6 +50,9 @@ class Workspace:
         self.uid = uid
         for sub in SUBFOLDERS:
             (self.root / sub).mkdir()
+        if not _LIVE:
+            atexit.register(_sweep_now)
+        _LIVE.add(self.root)  # removed at exit if no one removes it before (an env dropped without close())
 
     @property
     def app(self) -> Path:
@@ -99,12 +102,12 @@ class Workspace:
         """Delete the copy in a background thread: a directory removal costs ~3 ms on this kind of disk and a
         task's writable root has a few dozen, which a reset should not wait for. What is queued at exit is
         removed then."""
+        _LIVE.discard(self.root)
         _TRASH.put(self.root)
         if not _SWEEPER:
             worker = threading.Thread(target=_sweep, name="r2v-tb-sweeper", daemon=True)
             _SWEEPER.append(worker)
             worker.start()
-            atexit.register(_sweep_now)
 
 
 def real_folder(path: Path, top: Path) -> list[Path]:
@@ -135,6 +138,7 @@ def real_folder(path: Path, top: Path) -> list[Path]:
 
 _TRASH: queue.SimpleQueue = queue.SimpleQueue()
 _SWEEPER: list[threading.Thread] = []
+_LIVE: set[Path] = set()  # copies not yet given to the sweeper
 
 
 def _sweep() -> None:
@@ -145,3 +149,5 @@ def _sweep() -> None:
 def _sweep_now() -> None:
     while not _TRASH.empty():
         shutil.rmtree(_TRASH.get_nowait(), ignore_errors=True)
+    while _LIVE:
+        shutil.rmtree(_LIVE.pop(), ignore_errors=True)
