@@ -78,6 +78,7 @@ def smollm2_dir(cache: str | os.PathLike | None = None) -> str:
     final = root / SMOLLM2_CACHE_NAME
     if (final / DONE_FILE).is_file():
         return str(final)
+    smollm2_gguf()  # no wheel: a typed error before anything is written
     root.mkdir(parents=True, exist_ok=True)
     # One conversion per cache: a second process that asks meanwhile (two eval workers, two test workers on a new
     # machine) waits for the first one's copy instead of converting it again.

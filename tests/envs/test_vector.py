@@ -60,12 +60,17 @@ def env_kwargs(env_id: str, alfworld_cache) -> dict:
 
 
 def _children() -> set[int]:
+    """This process's children, but the session's background game servers (tests/conftest.py), which start when
+    a game is missing, whatever test is running."""
     me, out = os.getpid(), set()
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) != me:
+                        continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"r2v_envs.textworld.generate" not in f.read():
                         out.add(int(pid))
             except (OSError, IndexError, ValueError):
                 pass
