@@ -360,6 +360,7 @@ def test_a_run_ends_only_once_its_whole_tree_is_gone(tmp_path):
 WAIT = "try:\n    while True: os.wait()\nexcept ChildProcessError: pass\n"  # each process outlives its children
 
 
+@pytest.mark.slow
 @needs_cgroups
 def test_a_tree_is_bounded_as_a_whole(tmp_path):
     """cpus=0.25 gives the tree a quarter of a core however many processes it starts; tree_memory_bytes kills a tree

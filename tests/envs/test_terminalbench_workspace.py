@@ -41,7 +41,8 @@ def build_of(cache: Path, task_id: str) -> Path:
     return entries[0]
 
 
-@pytest.mark.parametrize("isolation", available_isolations())
+@pytest.mark.parametrize("isolation", [pytest.param(level, marks=[] if level == "bwrap" else [pytest.mark.slow])
+                                       for level in available_isolations()])  # bwrap's uid: where the bug lived
 def test_random_file_operations_match_a_plain_copy_cold_and_warm(isolation, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("R2V_CACHE", str(cache))  # a new machine: nothing built yet
