@@ -175,8 +175,8 @@ class TreeGroup:
         """Kill what is left in the group, wait up to ``wait_s`` until it has all exited, and remove the group (in
         the background, if a process is still exiting then). Idempotent."""
         deadline = time.monotonic() + wait_s
-        while self.paths and self.pids():
-            for pid in self.pids():
+        while self.paths and (pids := self.pids()):
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
