@@ -24,9 +24,14 @@ done
 say "2/4 system packages:${missing:- all there}"
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
     # shellcheck disable=SC2086  # one word per package
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing) >/dev/null 2>&1 \
-      || echo "install.sh: could not install some of:$missing (the alfworld extra may fail to build; sandboxes use the next-strongest isolation; Terminal-Bench tasks that need these tools fail to load, naming them)" >&2
+    if ! (apt-get update -qq && apt-get install -y -qq $missing) >/dev/null 2>&1; then
+      # one package apt cannot install must not keep the others out: one at a time, saying which failed
+      for p in $missing; do
+        apt-get install -y -qq "$p" >/dev/null 2>&1 || echo "install.sh: could not install $p (cmake/g++: the alfworld extra may fail to build; bubblewrap: sandboxes use the next-strongest isolation; chromium: the viewer's browser tests are skipped; the others: Terminal-Bench tasks that need them fail to load, naming them)" >&2
+      done
+    fi
   else
     echo "install.sh: not root or no apt-get: install these yourself:$missing" >&2
   fi
