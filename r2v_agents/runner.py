@@ -84,9 +84,14 @@ class RunSummary:
 
 
 def _resolve_tasks(cfg: RunConfig) -> tuple[list[str], str, int | None]:
+    import importlib
+
     import gymnasium as gym
 
-    gym.spec(cfg.env_id)  # a clear error for an unknown id, before any worker starts
+    module, _, env_id = cfg.env_id.rpartition(":")
+    if module:  # Gymnasium's "module:Id" form: importing the module registers the id (a user's own env)
+        importlib.import_module(module)
+    gym.spec(env_id)  # a clear error for an unknown id, before any worker starts
     env = gym.make(cfg.env_id, seed=0, **cfg.env_kwargs)
     try:
         base = env.unwrapped

@@ -24,6 +24,9 @@ ENV_IDS: dict[str, tuple[str, int]] = {
 # Teach Gymnasium's AsyncVectorEnv to move our text observations through shared memory (r2v_envs/vector.py).
 from r2v_envs import vector as _vector  # noqa: E402,F401
 
+# perturb(): the same wrappers on a user's own text env (r2v_envs/adapter.py).
+from r2v_envs.adapter import perturb, register_text_env  # noqa: E402,F401
+
 for _id, (_entry_point, _max_steps) in ENV_IDS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_entry_point, max_episode_steps=_max_steps)
