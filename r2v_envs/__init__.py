@@ -18,6 +18,7 @@ ENV_IDS: dict[str, tuple[str, int]] = {
     "R2V/ALFWorld-v0": ("r2v_envs.alfworld.env:make", 50),
     "R2V/HumanEval-v0": ("r2v_envs.humaneval.env:make", 12),
     "R2V/TerminalBench-v0": ("r2v_envs.terminalbench.env:make", 40),
+    "R2V/BabyAI-v0": ("r2v_envs.babyai.env:make", 64),
     "R2V/Scripted-v0": ("r2v_envs.testing:make", 20),
 }
 

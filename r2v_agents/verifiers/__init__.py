@@ -16,6 +16,7 @@ from r2v_envs.errors import UnknownChoiceError
 VERIFIERS = {
     "textworld": "r2v_agents.verifiers.textworld:TextWorldVerifier",
     "alfworld": "r2v_agents.verifiers.alfworld:ALFWorldVerifier",
+    "babyai": "r2v_agents.verifiers.babyai:BabyAIVerifier",
     "humaneval": "r2v_agents.verifiers.humaneval:HumanEvalVerifier",
     "terminalbench": "r2v_agents.verifiers.terminal:TerminalVerifier",
     "scripted": "r2v_agents.verifiers.textworld:TextWorldVerifier",
