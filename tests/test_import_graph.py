@@ -135,7 +135,9 @@ def test_own_modules_imported_at_top():
 
 # Lazy on purpose: these modules import torch (and TRL) at their top, as modules that define torch/TRL subclasses
 # must; importing them inside the function that trains or loads keeps `import r2v_train.cli` and the runner light.
-HEAVY_R2V = {"r2v_agents.router_mlp", "r2v_train.chain.dpo_consistency"}
+HEAVY_R2V = {"r2v_agents.router_mlp", "r2v_train.chain.dpo_consistency",
+             # the env server stack (FastAPI, uvicorn, openenv: ~7 s to import): `r2v serve` and remote envs only
+             "r2v_envs.serving.app", "r2v_envs.serving.client"}
 
 
 def _allowed_lazy(module: str, target: str) -> bool:

@@ -1,0 +1,70 @@
+"""The wire types of ``r2v serve``: OpenEnv ``Action`` / ``Observation`` / ``State`` models of a text env.
+
+They are what the server's ``/schema`` publishes and what both OpenEnv's generic client (plain dicts) and
+:class:`r2v_envs.serving.client.R2VEnvClient` (these models) exchange: an action is ``{"text": str}``; an observation
+carries the env's text, its (agent-visible) info and Gymnasium's two end flags, with OpenEnv's ``reward`` and
+``done`` (= terminated or truncated) beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+MAX_ACTION_CHARS = 100_000
+"""longest action text the server takes (an env command or a code submission is far shorter)"""
+
+
+class TextAction(Action):
+    """One agent action: the text the env reads (a command, a shell line, a code submission)."""
+
+    text: str = Field(max_length=MAX_ACTION_CHARS, description="the action text, as env.step(text) takes it")
+
+
+class TextObservation(Observation):
+    """What ``reset``/``step`` return: the observation text and the served part of ``info``."""
+
+    text: str = Field(description="the (possibly perturbed) observation text")
+    info: dict[str, Any] = Field(default_factory=dict, description="agent-visible info keys (oracle keys with --oracle)")
+    terminated: bool = Field(default=False, description="the episode ended (won or lost)")
+    truncated: bool = Field(default=False, description="the episode ran out of steps")
+
+
+class TextEnvState(State):
+    """The session's bookkeeping (``GET /state`` / the ``state`` message)."""
+
+    env_id: str = Field(description="the served env id")
+    task_id: str | None = Field(default=None, description="the task of the current episode")
+    episode_index: int | None = Field(default=None, description="episodes since the last seeded reset")
+    perturbation_seed: int | None = Field(default=None, description="the perturbation seed z")
+    done: bool = Field(default=False, description="the current episode has ended")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON types (what the client gets back): tuples become lists, numpy scalars Python numbers,
+    anything else its ``str``.
+
+    Example:
+        >>> import numpy as np
+        >>> jsonable({"a": (1, np.int64(2)), "b": {3: np.float32(0.5)}, "c": None})
+        {'a': [1, 2], 'b': {'3': 0.5}, 'c': None}
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        try:
+            return jsonable(item())
+        except (TypeError, ValueError):
+            pass
+    return str(value)
