@@ -6,6 +6,12 @@ commands, the planner's policy commands, won/lost/score/objective). Rounds alter
 that machine load hits them alike; the median over rounds of each variant's mean step time is reported.
 
     python benchmarks/env_overhead.py --games 8 --rounds 5
+    python benchmarks/env_overhead.py --env babyai --games 21 --rounds 5
+
+``--env babyai``: R2V/BabyAI-v0 against raw minigrid on the same test tasks (the first ``--games``, every level in
+turn) and the BabyAI bot's action sequences, recorded on raw minigrid. Two raw variants: minigrid's step alone, and
+minigrid's step plus the bot's replanning (what R2V/BabyAI-v0 computes for ``expert_action``, the information
+TextWorld's raw variant also requests); R2V adds the text rendering and the action feedback.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ class Args:
     """alternating measurement rounds (raw, clean, composite each round)"""
     seed: int = 7
     """perturbation seed for the composite variant"""
+    env: str = "textworld"
+    """textworld | babyai"""
 
 
 def raw_env(path):
@@ -77,6 +85,8 @@ def time_r2v(env, task_id, actions) -> tuple[float, int]:
 
 
 def main(args: Args) -> dict[str, float]:
+    if args.env == "babyai":
+        return babyai_main(args)
     suite = get_suite("small")
     task_ids = list(suite)[: args.games]
     paths = {t: ensure_game(suite[t]) for t in task_ids}
@@ -99,6 +109,86 @@ def main(args: Args) -> dict[str, float]:
     for k, v in med.items():
         print(f"{k:<10} {v * 1e3:8.3f} {1 / v:8.0f} {v / med['raw']:7.3f}")
     return {k: v / med["raw"] for k, v in med.items()}
+
+
+# ------------------------------------------------------------------------------------------------ BabyAI
+def babyai_record(task_id: str) -> list[int]:
+    """The BabyAI bot's actions on raw minigrid for ``task_id`` (``<level>-<seed>``)."""
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    level, seed = task_id.rsplit("-", 1)
+    env = gym.make(f"BabyAI-{level}-v0").unwrapped
+    env.reset(seed=int(seed))
+    bot, actions, taken = BabyAIBot(env), [], None
+    for _ in range(200):
+        taken = int(bot.replan(taken))
+        actions.append(taken)
+        _, _, terminated, truncated, _ = env.step(taken)
+        if terminated or truncated:
+            break
+    env.close()
+    return actions
+
+
+def babyai_time_raw(task_id: str, actions: list[int], with_bot: bool) -> float:
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    level, seed = task_id.rsplit("-", 1)
+    env = gym.make(f"BabyAI-{level}-v0").unwrapped
+    env.reset(seed=int(seed))
+    bot = BabyAIBot(env) if with_bot else None
+    if bot is not None:  # the bot's first plan belongs to the reset, as in R2V/BabyAI-v0 (timed apart)
+        bot.replan()
+    t0 = time.perf_counter()
+    for a in actions:
+        env.step(a)
+        if bot is not None:
+            bot.replan(a)
+    dt = time.perf_counter() - t0
+    env.close()
+    return dt
+
+
+def babyai_main(args: Args) -> dict[str, float]:
+    from r2v_envs.babyai.text import COMMANDS
+
+    clean = gym.make("R2V/BabyAI-v0", seed=args.seed, split="test", perturbations=None, max_episode_steps=1000)
+    noisy = gym.make("R2V/BabyAI-v0", seed=args.seed, split="test", perturbations="composite",
+                     max_episode_steps=1000)
+    task_ids = clean.unwrapped.task_ids()[: args.games]
+    actions = {t: babyai_record(t) for t in task_ids}
+    texts = {t: [COMMANDS[a] for a in actions[t]] for t in task_ids}
+    resets = []
+    per_round = {"raw": [], "raw+bot": [], "clean": [], "composite": []}
+    for _ in range(args.rounds):
+        for name in per_round:
+            total, steps = 0.0, 0
+            for t in task_ids:
+                if name.startswith("raw"):
+                    dt = babyai_time_raw(t, actions[t], with_bot=name == "raw+bot")
+                else:
+                    env = clean if name == "clean" else noisy
+                    r0 = time.perf_counter()
+                    env.reset(options={"task_id": t})
+                    resets.append(time.perf_counter() - r0)
+                    dt, _ = time_r2v_steps(env, texts[t])
+                total, steps = total + dt, steps + len(actions[t])
+            per_round[name].append(total / steps)
+    med = {k: statistics.median(v) for k, v in per_round.items()}
+    print(f"{len(task_ids)} BabyAI test tasks, {sum(map(len, actions.values()))} steps per variant, {args.rounds} "
+          f"rounds; R2V reset {statistics.median(resets) * 1e3:.2f} ms (median)")
+    print(f"{'variant':<10} {'ms/step':>8} {'steps/s':>8} {'x raw':>7} {'x raw+bot':>9}")
+    for k, v in med.items():
+        print(f"{k:<10} {v * 1e3:8.3f} {1 / v:8.0f} {v / med['raw']:7.3f} {v / med['raw+bot']:9.3f}")
+    return {k: v / med["raw+bot"] for k, v in med.items()}
+
+
+def time_r2v_steps(env, actions: list[str]) -> tuple[float, int]:
+    """Steps of an env already reset (the reset is timed apart)."""
+    t0 = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    return time.perf_counter() - t0, len(actions)
 
 
 if __name__ == "__main__":

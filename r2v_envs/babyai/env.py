@@ -81,6 +81,7 @@ class BabyAIEnv(TextEnv):
         self.seeds_per_level, self.expert = int(seeds_per_level), bool(expert)
         self._games: dict[str, Any] = {}
         self._game: Any = None
+        self._image: Any = None  # minigrid's encoding of the agent's current view (see text.describe_view)
         self._bot: Any = None
         self._expert_action: str | None = None
         self._won = self._over = self._truncated = False
@@ -109,7 +110,8 @@ class BabyAIEnv(TextEnv):
         level, seed = task_id.rsplit("-", 1)
         self._game = self._level_env(level)
         with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints its level-sampling retries
-            self._game.reset(seed=int(seed))
+            observation, _ = self._game.reset(seed=int(seed))
+        self._image = observation["image"]
         self._won = self._over = self._truncated = False
         self._bot = None
         if self.expert:
@@ -118,7 +120,7 @@ class BabyAIEnv(TextEnv):
             self._bot = BabyAIBot(self._game)
         self._expert_action = self._replan(None)
         mission = self._game.mission
-        obs = "\n".join([f"Mission: {mission}", *text.describe_view(self._game)])
+        obs = "\n".join([f"Mission: {mission}", *text.describe_view(self._game, self._image)])
         return obs, self._info(goal=mission, level=level)
 
     def _replan(self, taken: int | None) -> str | None:
@@ -139,16 +141,17 @@ class BabyAIEnv(TextEnv):
         if command is None:
             shown = action if len(action) <= 40 else action[:40] + "..."
             lines = [f"Unknown command {shown!r}. Commands: {', '.join(text.COMMANDS)}.",
-                     *text.describe_view(self._game)]
+                     *text.describe_view(self._game, self._image)]
             return "\n".join(lines), 0.0, False, self._info()
         index = text.COMMANDS.index(command)
         before = text.snapshot(self._game)
-        _, reward, terminated, truncated, _ = self._game.step(index)
+        observation, reward, terminated, truncated, _ = self._game.step(index)
+        self._image = observation["image"]
         said = text.feedback(command, before, text.snapshot(self._game))
         self._won = bool(terminated and reward > 0)
         self._over = bool(terminated or truncated)
         self._truncated = bool(truncated and not terminated)
-        lines = [said, *text.describe_view(self._game)]
+        lines = [said, *text.describe_view(self._game, self._image)]
         if self._won:
             lines.append("Mission complete!")
         elif terminated:

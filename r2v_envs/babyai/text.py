@@ -65,32 +65,40 @@ def describe_obj(obj: Any) -> str:
     return phrase(obj.type, obj.color, getattr(obj, "is_open", False), getattr(obj, "is_locked", False))
 
 
-def describe_view(env: Any) -> list[str]:
-    """The agent's view of the unwrapped minigrid env ``env`` as lines (heading and load, the cell in front,
-    visible objects nearest first, the nearest walls)."""
-    grid, visible = env.gen_obs_grid()
-    size = grid.width
+def describe_view(env: Any, image: Any) -> list[str]:
+    """The agent's view as lines (heading and load, the cell in front, visible objects nearest first, the nearest
+    walls). ``env`` is the unwrapped minigrid env, ``image`` the ``"image"`` of the observation minigrid just
+    returned: its encoding of exactly the agent's view (cell ``[i, j]`` = object type, colour, state; unseen cells
+    are type 0), read here rather than recomputing the view (minigrid's occlusion pass is most of a step's cost)."""
+    from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
+
+    size = image.shape[0]
     mid, bottom = size // 2, size - 1  # the agent's cell in its own view
+
+    def name(cell) -> str:
+        kind = IDX_TO_OBJECT[int(cell[0])]
+        if kind == "wall":
+            return "a wall"
+        return phrase(kind, IDX_TO_COLOR[int(cell[1])], is_open=cell[2] == 0, is_locked=cell[2] == 2)
+
     lines = [f"You face {DIRECTIONS[env.agent_dir]}. You carry {describe_obj(env.carrying)}."]
-    front = grid.get(mid, bottom - 1)
-    lines.append(f"In front of you: {describe_obj(front) if front is not None else 'free floor'}.")
+    front = image[mid, bottom - 1]
+    lines.append(f"In front of you: {'free floor' if IDX_TO_OBJECT[int(front[0])] == 'empty' else name(front)}.")
     seen, walls = [], {"ahead": None, "left": None, "right": None}
     for j in range(size):
         for i in range(size):
-            if (i, j) == (mid, bottom) or not visible[i, j]:
-                continue
-            obj = grid.get(i, j)
-            if obj is None:
+            kind = IDX_TO_OBJECT[int(image[i, j, 0])]
+            if (i, j) == (mid, bottom) or kind in ("unseen", "empty", "floor", "agent"):
                 continue
             ahead, right = bottom - j, i - mid
-            if obj.type == "wall":
+            if kind == "wall":
                 # only walls in line with the agent: straight ahead, or level with it on either side
                 side = "ahead" if right == 0 else None if ahead else "left" if right < 0 else "right"
                 dist = ahead if side == "ahead" else abs(right)
                 if side and (walls[side] is None or dist < walls[side]):
                     walls[side] = dist
-            elif obj.type in OBJECTS:
-                seen.append((ahead + abs(right), ahead, right, describe_obj(obj)))
+            elif kind in OBJECTS:
+                seen.append((ahead + abs(right), ahead, right, name(image[i, j])))
     lines += [f"You see {what} {relative(ahead, right)}." for _, ahead, right, what in sorted(seen)]
     near = [f"{_steps(d)} {'ahead' if side == 'ahead' else f'to your {side}'}" for side, d in walls.items() if d]
     if near:

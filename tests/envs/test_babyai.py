@@ -179,5 +179,17 @@ def test_r2v_eval_reports(agent, tmp_path):
     assert (out / "report.md").is_file()
     if agent == "expert":
         assert all(c["sr"] == 100.0 for c in cells.values())
+        from r2v_eval.view.page import write_page
+
+        page = write_page(out).read_text()  # `r2v view`: one page with the episodes as the agent saw them
+        assert "GoToLocal-0043@0" in page and "Mission: " in page
     else:
         assert cells["none"]["sr"] < 100.0
+
+
+def test_doctor_reports_babyai_without_importing_minigrid():
+    code = ("import sys, r2v_train.doctor as d; r = d.data_section()['babyai']; "
+            "print(r['minigrid'], len(r['levels']), 'minigrid' in sys.modules, 'babyai' in d.format_report(d.gather()))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
+    version, levels, imported, shown = out.stdout.split()
+    assert version[0].isdigit() and int(levels) == len(LEVELS) and imported == "False" and shown == "True"
