@@ -15,9 +15,18 @@ works with any local causal LM and tokenizer, with or without a chat template.
 supports tool calls: ``reset()`` returns the goal and first observation, the one tool ``act(command)`` steps the
 env, and ``get_reward()`` returns the episode's return.
 
+Either form plays an env in process (a registered id) or on an ``r2v serve`` server (its URL: the rollouts then
+step :class:`r2v_envs.serving.client.RemoteEnv` sessions, the same bytes as in process). :class:`EpisodeRollout` also
+mixes benchmarks in one run, as TRL's multi-environment mode does: given ``{name: id or URL}``, each example names its
+env (``episode_dataset(..., environments=...)``: prompts ``"name:seed"`` and an ``environment`` column); for the
+``environment_factory`` form, pass TRL a dict ``{name: tool_env_factory(spec)}`` and the same dataset.
+
 Example:
     >>> list(episode_dataset(3, seed=10)["prompt"])
     ['10', '11', '12']
+    >>> ds = episode_dataset(4, seed=0, environments=("textworld", "alfworld"))
+    >>> list(ds["prompt"]), list(ds["environment"])
+    (['textworld:0', 'alfworld:1', 'textworld:2', 'alfworld:3'], ['textworld', 'alfworld', 'textworld', 'alfworld'])
 """
 
 from __future__ import annotations
@@ -31,15 +40,24 @@ from r2v_agents.context import Context
 from r2v_agents.prompts import build_prompt, parse_completion
 from r2v_agents.slm import snap_to_admissible
 from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.serving import open_env
 
 ADMISSIBLE_MODES = ("free", "snap")
 
 
-def episode_dataset(n: int, seed: int = 0):
-    """A ``datasets.Dataset`` of ``n`` prompts, each the reset seed of one episode start (``seed``, ``seed + 1``...)."""
+def episode_dataset(n: int, seed: int = 0, environments: Sequence[str] = ()):
+    """A ``datasets.Dataset`` of ``n`` prompts, each the reset seed of one episode start (``seed``, ``seed + 1``...).
+
+    With ``environments`` (names of a mixed run), example ``i`` plays ``environments[i % len]``: its prompt is
+    ``"name:seed"`` (what a ``rollout_func`` receives) and its ``environment`` field names it (TRL's per-example
+    environment selection)."""
     import datasets
 
-    return datasets.Dataset.from_dict({"prompt": [str(seed + i) for i in range(n)]})
+    if not environments:
+        return datasets.Dataset.from_dict({"prompt": [str(seed + i) for i in range(n)]})
+    names = [environments[i % len(environments)] for i in range(n)]
+    return datasets.Dataset.from_dict({"prompt": [f"{e}:{seed + i}" for i, e in enumerate(names)],
+                                       "environment": names})
 
 
 def env_reward(completions: Sequence[Any], env_reward: Sequence[float], **kwargs: Any) -> list[float]:
@@ -52,22 +70,27 @@ def env_reward(completions: Sequence[Any], env_reward: Sequence[float], **kwargs
     return [float(r) for r in env_reward]
 
 
-def _reset_seed(prompt: Any) -> int:
-    text = prompt if isinstance(prompt, str) else str(prompt)
+def _reset_seed(prompt: Any) -> tuple[str | None, int]:
+    """``(environment name or None, reset seed)`` of a prompt ``"seed"`` or ``"name:seed"``."""
+    text = (prompt if isinstance(prompt, str) else str(prompt)).strip()
+    name, _, seed = text.rpartition(":")
     try:
-        return int(text.strip())
+        return name or None, int(seed)
     except ValueError:
-        raise ValueError(f"each prompt of the training dataset names a reset seed (see episode_dataset), got "
-                         f"{text[:80]!r}") from None
+        raise ValueError(f"each prompt of the training dataset names a reset seed, or env:seed in a mixed run (see "
+                         f"episode_dataset), got {text[:80]!r}") from None
 
 
 class EpisodeRollout:
     """A TRL ``rollout_func``: multi-turn episodes of an r2v env, sampled from the trainer's own model.
 
     Args:
-        env_id: a registered id, e.g. ``"R2V/TextWorld-v0"``.
+        env_id: a registered id, e.g. ``"R2V/TextWorld-v0"``, or the URL of an ``r2v serve`` server; or, for a run
+            that mixes benchmarks, ``{name: id or URL}`` (each prompt is then ``"name:seed"``).
         env_kwargs: constructor arguments (``perturbations``, ``suite``, ``task_id``...). Leave ``seed`` out: then
-            the reset seed of each prompt also fixes the perturbation seed z (the env contract).
+            the reset seed of each prompt also fixes the perturbation seed z (the env contract). For a URL they are
+            :class:`~r2v_envs.serving.client.RemoteEnv`'s (``token``...): the server was started with the env's. In a
+            mixed run, ``{name: kwargs}``.
         max_turns: actions per rollout (the episode may end sooner).
         max_new_tokens: tokens per action.
         max_obs_chars: each env reply is cut to its last ``max_obs_chars`` characters.
@@ -75,31 +98,38 @@ class EpisodeRollout:
             sees it (as :class:`r2v_agents.slm.SLMPolicy` does); the tokens stay what the model generated.
     """
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 4,
-                 max_new_tokens: int = 8, max_obs_chars: int = 400, admissible: str = "free"):
+    def __init__(self, env_id: str | Mapping[str, str], env_kwargs: Mapping[str, Any] | None = None, *,
+                 max_turns: int = 4, max_new_tokens: int = 8, max_obs_chars: int = 400, admissible: str = "free"):
         if admissible not in ADMISSIBLE_MODES:
             raise UnknownChoiceError("admissible mode", admissible, ADMISSIBLE_MODES)
         if max_turns < 1 or max_new_tokens < 1:
             raise ValueError("max_turns and max_new_tokens must be >= 1")
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        # name -> (id or URL, kwargs); one unnamed (None) env unless the run mixes benchmarks
+        self.specs: dict[str | None, tuple[str, dict]] = (
+            {name: (spec, dict(self.env_kwargs.get(name) or {})) for name, spec in env_id.items()}
+            if isinstance(env_id, Mapping) else {None: (env_id, self.env_kwargs)})
         self.max_turns, self.max_new_tokens, self.max_obs_chars = max_turns, max_new_tokens, max_obs_chars
         self.admissible = admissible
-        self._envs: list[Any] = []  # reused across batches: construct once, reset often
+        self._envs: dict[str | None, list[Any]] = {}  # per env name, reused across batches: construct once, reset often
         self._stop_ids: list[int] | None = None
         self.episodes = 0
 
     # --------------------------------------------------------------------------------------- helpers
-    def _env(self, i: int):
-        import gymnasium as gym
-
-        while len(self._envs) <= i:
-            self._envs.append(gym.make(self.env_id, **self.env_kwargs))
-        return self._envs[i]
+    def _env(self, i: int, name: str | None = None):
+        if name not in self.specs:
+            raise UnknownChoiceError("environment", name, [str(n) for n in self.specs])
+        spec, kwargs = self.specs[name]
+        pool = self._envs.setdefault(name, [])
+        while len(pool) <= i:
+            pool.append(open_env(spec, **kwargs))  # gym.make for an id, a server session for a URL
+        return pool[i]
 
     def close(self) -> None:
-        for env in self._envs:
-            env.close()
-        self._envs = []
+        for pool in self._envs.values():
+            for env in pool:
+                env.close()
+        self._envs = {}
 
     def _stops(self, tok) -> list[int]:
         if self._stop_ids is None:
@@ -145,15 +175,22 @@ class EpisodeRollout:
         budget = getattr(trainer.args, "max_completion_length", None) or 256
         return self.rollout([_reset_seed(p) for p in prompts], model, tok, temperature, budget)
 
-    def rollout(self, seeds: Sequence[int], model: Any, tok: Any, temperature: float = 1.0,
+    def rollout(self, seeds: Sequence[int | tuple[str | None, int]], model: Any, tok: Any, temperature: float = 1.0,
                 max_completion_tokens: int = 256) -> dict[str, list]:
-        """Play one episode per reset seed; the dict ``GRPOTrainer`` expects from a ``rollout_func``."""
+        """Play one episode per reset seed (or ``(env name, seed)`` in a mixed run); the dict ``GRPOTrainer`` expects
+        from a ``rollout_func``."""
+        starts = [s if isinstance(s, tuple) else (None, s) for s in seeds]
+        slots: dict[str | None, int] = {}  # the i-th episode of an env name in this batch uses that name's i-th env
+        envs = []
+        for name, _ in starts:
+            envs.append(self._env(slots.get(name, 0), name))
+            slots[name] = slots.get(name, 0) + 1
         n = len(seeds)
         prompt_ids, completion, logprobs, env_mask = [], [[] for _ in range(n)], [[] for _ in range(n)], \
             [[] for _ in range(n)]
         ctxs, infos, returns, live, won = [], [], [0.0] * n, list(range(n)), [False] * n
-        for i, seed in enumerate(seeds):
-            obs, info = self._env(i).reset(seed=int(seed))
+        for i, (_, seed) in enumerate(starts):
+            obs, info = envs[i].reset(seed=int(seed))
             ctx = Context.start(str(info.get("goal", "")), obs, info)
             ctxs.append(ctx)
             infos.append(info)
@@ -170,7 +207,7 @@ class EpisodeRollout:
                 action = parse_completion(tok.decode(ids, skip_special_tokens=True))
                 if self.admissible == "snap":
                     action = snap_to_admissible(action, infos[i].get("admissible_actions") or ())
-                obs, reward, term, trunc, info = self._env(i).step(action)
+                obs, reward, term, trunc, info = envs[i].step(action)
                 returns[i] += float(reward)
                 infos[i], won[i] = info, bool(info.get("won", False))
                 if term or trunc:
@@ -197,9 +234,7 @@ class ToolEnv:
     """
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, seed: int = 0):
-        import gymnasium as gym
-
-        self._env = gym.make(env_id, **dict(env_kwargs or {}))
+        self._env = open_env(env_id, **dict(env_kwargs or {}))  # an id, or an r2v serve URL
         self._seeds = itertools.count(seed)
         self._return, self._done = 0.0, False
 

@@ -8,6 +8,10 @@ directory instead (e.g. a ``save_pretrained`` copy of SmolLM2-135M-Instruct).
 
     python -m r2v_train.rl.grpo_textworld --max-steps 3
     python -m r2v_train.rl.grpo_textworld --model /path/to/smollm2-135m-instruct --max-steps 20
+
+Rollouts can step envs on ``r2v serve`` servers instead of in process (docs/serving.md): ``--server URL`` (a server of
+``--env-id``), or ``--mix textworld=URL1 alfworld=URL2`` for one run whose examples alternate between benchmarks (the
+tiny model's tokenizer is still trained on local expert text of ``--env-id``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ class Args:
     temperature: float = 1.0
     threads: int = 1
     """torch threads (the CI machine has 2 cores shared with others)"""
+    server: str | None = None
+    """URL of an r2v serve of env_id: the rollouts step its sessions instead of local envs"""
+    mix: tuple[str, ...] = ()
+    """NAME=URL pairs: one run over several servers, each example naming its env (TRL's multi-environment mode)"""
     output_dir: str = field(default_factory=lambda: os.path.join("runs", f"grpo-textworld-{int(time.time())}"))
 
 
@@ -92,8 +100,10 @@ def main(args: Args) -> dict:
         model, tok = tiny_model(args, env_kwargs)
     before = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 
-    rollout = EpisodeRollout(args.env_id, env_kwargs, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
-                             admissible=args.admissible)
+    mix = dict(pair.split("=", 1) for pair in args.mix)
+    target = mix or args.server or args.env_id  # a server was started with the env's own arguments
+    rollout = EpisodeRollout(target, env_kwargs if target == args.env_id else {}, max_turns=args.max_turns,
+                             max_new_tokens=args.max_new_tokens, admissible=args.admissible)
     batch = args.num_generations * args.prompts_per_step
     config = GRPOConfig(
         output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=batch,
@@ -103,7 +113,8 @@ def main(args: Args) -> dict:
         gradient_checkpointing=use_checkpointing(None, model),  # a GPU when there is one, CPU-safe otherwise
         dataloader_num_workers=0)
     trainer = GRPOTrainer(model=model, reward_funcs=[env_reward], args=config, processing_class=tok,
-                          train_dataset=episode_dataset(args.max_steps * args.prompts_per_step, seed=args.seed),
+                          train_dataset=episode_dataset(args.max_steps * args.prompts_per_step, seed=args.seed,
+                                                        environments=tuple(mix)),
                           rollout_func=rollout)
     trainer.train()
     rollout.close()
