@@ -219,7 +219,8 @@ atexit.register(WorkerPool.close_all)
 
 
 # Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
-ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld")}
+ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld"),
+                  "R2V/BabyAI-v0": ("minigrid",)}
 
 
 def worker_context(cfg: RunConfig):
@@ -234,8 +235,11 @@ def worker_context(cfg: RunConfig):
         ctx = mp.get_context("forkserver")
     except ValueError:  # pragma: no cover - e.g. Windows
         return mp.get_context("spawn")
-    entry = gym.spec(cfg.env_id).entry_point
-    modules = ["r2v_envs", *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
+    # Gymnasium's "module:Id" form (a user's own env, r2v_envs.adapter): the module registers the id, so the fork
+    # server imports it too (the runner has imported it here already)
+    module, _, env_id = cfg.env_id.rpartition(":")
+    entry = gym.spec(env_id).entry_point
+    modules = ["r2v_envs", *([module] if module else []), *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
     if isinstance(entry, str):
         modules.insert(1, entry.split(":")[0])
     ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts

@@ -176,6 +176,8 @@ def test_the_pages_r2v_eval_commands(user_module, tmp_path):
     for argv in commands:
         agent = argv[3]
         argv = [sys.executable, "-m", "r2v_train.cli", *argv[1:-1], str(tmp_path / agent), "--no-progress"]
+        if agent == "expert":  # the env in worker processes too: the fork server imports (registers) the module
+            argv += ["--workers", "2"]
         out = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         results = json.loads((tmp_path / agent / "results.json").read_text())
