@@ -56,6 +56,9 @@ def env_kwargs(env_id: str, alfworld_cache) -> dict:
         return {"task_id": "HumanEval/53"}
     if env_id == "R2V/TerminalBench-v0":
         return {"backend": "local", "task_id": "greeting-cli"}
+    if env_id == "R2V/BabyAI-v0":
+        _skip_unless("minigrid")
+        return {"task_id": "GoToLocal-0001"}
     raise AssertionError(f"{env_id} is registered but has no case here: add one")
 
 

@@ -47,6 +47,9 @@ def env_kwargs(env_id: str, alfworld_cache: Path | None = None) -> dict[str, Any
         return {"task_id": "HumanEval/53"}
     if env_id == "R2V/TerminalBench-v0":
         return {"backend": "local", "task_id": "greeting-cli"}
+    if env_id == "R2V/BabyAI-v0":
+        pytest.importorskip("minigrid")
+        return {"task_id": "GoToLocal-0001"}
     raise AssertionError(f"{env_id} is registered but has no case here: add one")
 
 
@@ -133,8 +136,9 @@ def run_documented_serve(argv: list[str]) -> dict:
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
+    # uvicorn shuts down gracefully on SIGINT, then re-raises it: -2 is a clean stop
     return {"steps": steps, "goal": info.get("goal"), "oracle_hidden": "expert_action" not in info,
-            "returncode": proc.returncode, "listening": f"127.0.0.1:{port}" in err}
+            "returncode": proc.returncode, "listening": f"127.0.0.1:{port}" in err, "traceback": "Traceback" in err}
 
 
 if __name__ == "__main__":
