@@ -175,11 +175,15 @@ def test_the_pages_r2v_eval_commands(user_module, tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{folder}:{ROOT}"}
     for argv in commands:
         agent = argv[3]
-        argv = [sys.executable, "-m", "r2v_train.cli", *argv[1:-1], str(tmp_path / agent), "--no-progress"]
-        if agent == "expert":  # the env in worker processes too: the fork server imports (registers) the module
-            argv += ["--workers", "2"]
-        out = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
+        args = [*argv[2:-1], str(tmp_path / agent), "--no-progress", "--bootstrap", "50"]
+        if agent == "random":  # in this process (the page's module is on sys.path)
+            from r2v_eval.cli import main
+
+            main(args)
+        else:  # a fresh process with env workers: their fork server imports (registers) the module itself
+            out = subprocess.run([sys.executable, "-m", "r2v_train.cli", "eval", *args, "--workers", "2"], check=False,
+                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr[-3000:]
         results = json.loads((tmp_path / agent / "results.json").read_text())
         cells = {c["perturbation"]: c for c in results["cells"]}
         assert set(cells) == {"none", "composite"} and all(c["episodes"] == 10 for c in cells.values())

@@ -170,8 +170,9 @@ def test_r2v_eval_reports(agent, tmp_path):
     from r2v_eval.cli import main
 
     out = tmp_path / agent
+    cap = ["--max-steps", "16"] if agent == "random" else []  # a random walk would run to the 64-step cap
     main(["--agent", agent, "--envs", ENV_ID, "--perturbations", "none", "composite", "--seeds", "0",
-          "--tasks", "7", "--out", str(out), "--no-progress", "--bootstrap", "50"])
+          "--tasks", "7", "--out", str(out), "--no-progress", "--bootstrap", "50", *cap])
     results = json.loads((out / "results.json").read_text())
     cells = {c["perturbation"]: c for c in results["cells"]}
     assert set(cells) == {"none", "composite"} and all(c["episodes"] == 7 and c["not_run"] == 0
