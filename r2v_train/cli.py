@@ -3,6 +3,7 @@
     r2v pipeline --config r2v_train/configs/default.yaml --run-dir runs/r2v   # the whole chain + report
     r2v eval --agent AGENT --envs R2V/TextWorld-v0 --tasks 20                 # any agent's robustness report
     r2v view runs/eval                                                        # a run in the browser, offline
+    r2v serve --env R2V/TextWorld-v0 --port 8000                              # an env as an OpenEnv server
     r2v train --run-dir runs/r2v --preset tiny                                # the training chain only
     r2v doctor                                                                # what this machine gives the suite
 
@@ -24,6 +25,8 @@ from typing import Any
 
 import tyro
 
+from r2v_envs.serving import require_server_stack
+from r2v_envs.serving.config import ServeConfig
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main
 from r2v_eval.view import main as view_main
@@ -158,6 +161,14 @@ def generate(args: GenerateArgs) -> None:
     print(f"{len(games)} games in {cache_root()}")
 
 
+def serve(cfg: ServeConfig) -> None:
+    """``r2v serve``: the server stack (FastAPI, uvicorn, openenv: the serve extra) loads only here."""
+    require_server_stack()
+    from r2v_envs.serving.app import serve as run_server
+
+    run_server(cfg)
+
+
 def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
     """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
     directories or .parquet files)."""
@@ -218,6 +229,8 @@ COMMANDS: dict[str, Command] = {
                     lambda argv: eval_main(argv)),
     "view": Command("one self-contained HTML page of a run: summary, episodes, every step (--serve: on 127.0.0.1)",
                     lambda argv: view_main(argv)),
+    "serve": Command("any env id as an OpenEnv server (HTTP + WebSocket sessions) for TRL and other clients",
+                     _flags(serve, ServeConfig, "serve")),
     "train": Command("the training chain (Algorithm 1) over one run directory", _chain(None)),
     "collect": Command("the chain's rollout stages: split, teacher, replay, router data",
                        _chain(("split", "teacher", "replay", "router_data"))),

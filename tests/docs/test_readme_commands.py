@@ -120,6 +120,12 @@ def _third_party(tmp: Path, out: str) -> None:
     assert list((tmp / "third-party").glob("episodes-*.parquet"))
 
 
+def _served_episode(tmp: Path, out: str) -> None:
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["steps"] > 0 and seen["goal"] and seen["oracle_hidden"] and seen["listening"], seen
+    assert seen["returncode"] in (0, -2) and not seen["traceback"], seen  # -2: uvicorn re-raises SIGINT once stopped
+
+
 MINIATURE_EVAL = Mini(lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:first_admissible", "--envs",
                                          "R2V/TextWorld-v0", "--tasks", "2", "--seeds", "0", "--perturbations", "none",
                                          "composite", "--max-steps", "10", "--out", str(tmp / "eval"), "--no-progress"],
@@ -161,6 +167,11 @@ SHELL: dict[str, Mini | None] = {
         lambda tmp: R2V + ["textworld-generate", "--suite", "small", "--workers", "2"], slow=True, timeout_s=900,
         games=("small", "all"),
         check=lambda tmp, out: re.search(r"^24 games in ", out, re.MULTILINE) or pytest.fail(out)),
+    # README and docs/serving.md: the server started as documented (on a free port), one episode through OpenEnv's own
+    # client, stopped with SIGINT (tests/support/serving.py); two processes import OpenEnv's stack (~7 s each)
+    "r2v serve --env R2V/Scripted-v0 --port 8000": Mini(
+        lambda tmp: [sys.executable, "-m", "tests.support.serving", "serve", "--env", "R2V/Scripted-v0", "--port",
+                     "8000"], slow=True, timeout_s=600, check=_served_episode),
     # docs/agents.md
     "python -m r2v_agents.examples.third_party_agent runs/third-party": Mini(
         lambda tmp: [sys.executable, "-m", "r2v_agents.examples.third_party_agent", str(tmp / "third-party")],
