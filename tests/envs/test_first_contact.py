@@ -63,6 +63,9 @@ RECIPES: dict[str, Recipe] = {
                                    tasks=("backup-script-fix", "json-config-fix", "organize-by-extension")),
     # minigrid generates each level from its seed: nothing cached, the first contact checks the same bytes all the same
     "R2V/BabyAI-v0": Recipe(modules=("minigrid",)),
+    # three of the shortest gold sequences (3-7 actions); each run starts a JVM (~2 s) and loads each task once
+    "R2V/ScienceWorld-v0": Recipe(modules=("scienceworld",), tasks=("lifespan-longest-lived/0",
+                                  "find-non-living-thing/0", "chemistry-mix-paint-secondary-color/0"), slow=True),
     "R2V/Scripted-v0": Recipe(),
 }
 

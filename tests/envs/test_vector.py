@@ -21,6 +21,8 @@ from r2v_envs.core import TextSpace
 pytestmark = pytest.mark.timeout(300)
 SEEDS = [3, 4]
 STEPS = 2  # the step cap: the third step is the autoreset
+# ALFWorld generates its games first; ScienceWorld starts a JVM per env (5 per vector test)
+SLOW_IDS = {"R2V/ALFWorld-v0", "R2V/ScienceWorld-v0"}
 STRONG = {"flaky": {"prob": 0.5}, "partial": {"prob": 0.5}, "distractor": {"prob": 1.0}, "injection": {"prob": 0.5}}
 
 
@@ -59,6 +61,9 @@ def env_kwargs(env_id: str, alfworld_cache) -> dict:
     if env_id == "R2V/BabyAI-v0":
         _skip_unless("minigrid")
         return {"task_id": "GoToLocal-0001"}
+    if env_id == "R2V/ScienceWorld-v0":
+        _skip_unless("scienceworld")
+        return {"task_id": "lifespan-longest-lived/93"}  # a 4-action gold sequence; a JVM per env
     raise AssertionError(f"{env_id} is registered but has no case here: add one")
 
 
@@ -111,7 +116,7 @@ def _info_view(infos: dict) -> dict:
     return {k: [str(x) for x in infos[k]] for k in keys} | {"_task_id": infos["_task_id"].tolist()}
 
 
-@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i == "R2V/ALFWorld-v0" else i
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i in SLOW_IDS else i
                                     for i in sorted(r2v_envs.ENV_IDS)])  # ALFWorld: games generated first
 def test_check_env(env_id, alfworld_cache):
     env = gym.make(env_id, **env_kwargs(env_id, alfworld_cache))
@@ -125,7 +130,7 @@ def test_check_env(env_id, alfworld_cache):
             and not issubclass(w.category, ResourceWarning)] == []
 
 
-@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i == "R2V/ALFWorld-v0" else i
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.slow) if i in SLOW_IDS else i
                                     for i in sorted(r2v_envs.ENV_IDS)])  # ALFWorld: games generated first
 def test_make_vec_sync_equals_async(env_id, alfworld_cache):
     kwargs = env_kwargs(env_id, alfworld_cache)

@@ -19,7 +19,8 @@ from r2v_eval.grid import GridConfig, resolve_tasks
 from tests.support import ROOT
 
 IDS = sorted(i for i in gym.registry if i.startswith("R2V/"))
-NEEDS = {"R2V/TextWorld-v0": "textworld", "R2V/ALFWorld-v0": "alfworld", "R2V/HumanEval-v0": "evalplus"}
+NEEDS = {"R2V/TextWorld-v0": "textworld", "R2V/ALFWorld-v0": "alfworld", "R2V/HumanEval-v0": "evalplus",
+         "R2V/ScienceWorld-v0": "scienceworld"}
 
 
 @pytest.mark.parametrize("env_id", IDS)

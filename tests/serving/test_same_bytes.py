@@ -20,8 +20,8 @@ from tests.support.serving import env_kwargs, play, reference_episode, wire
 pytestmark = pytest.mark.timeout(600)
 SEED = 7
 STEPS = {"R2V/Scripted-v0": 8, "R2V/TextWorld-v0": 6, "R2V/ALFWorld-v0": 5, "R2V/HumanEval-v0": 3,
-         "R2V/TerminalBench-v0": 4, "R2V/BabyAI-v0": 6}
-HEAVY = {"R2V/ALFWorld-v0", "R2V/HumanEval-v0", "R2V/TerminalBench-v0"}
+         "R2V/TerminalBench-v0": 4, "R2V/BabyAI-v0": 6, "R2V/ScienceWorld-v0": 5}
+HEAVY = {"R2V/ALFWorld-v0", "R2V/HumanEval-v0", "R2V/TerminalBench-v0", "R2V/ScienceWorld-v0"}
 
 
 def _generic_client(url: str):

@@ -50,6 +50,9 @@ def env_kwargs(env_id: str, alfworld_cache: Path | None = None) -> dict[str, Any
     if env_id == "R2V/BabyAI-v0":
         pytest.importorskip("minigrid")
         return {"task_id": "GoToLocal-0001"}
+    if env_id == "R2V/ScienceWorld-v0":
+        pytest.importorskip("scienceworld")
+        return {"task_id": "find-non-living-thing/225"}  # 7 gold actions
     raise AssertionError(f"{env_id} is registered but has no case here: add one")
 
 

@@ -1,0 +1,1 @@
+"""R2V/ScienceWorld-v0: ScienceWorld on its real engine (see :mod:`r2v_envs.scienceworld.env`)."""
