@@ -19,7 +19,7 @@ ENV_IDS: dict[str, tuple[str, int]] = {
     "R2V/HumanEval-v0": ("r2v_envs.humaneval.env:make", 12),
     "R2V/TerminalBench-v0": ("r2v_envs.terminalbench.env:make", 40),
     "R2V/BabyAI-v0": ("r2v_envs.babyai.env:make", 64),
-    # gold sequences run 4-190 actions (median ~30); the cap covers all but the longest (docs/scienceworld.md)
+    # the gold sequences of one test variation per task type take 4-192 actions (median 19): the cap covers them
     "R2V/ScienceWorld-v0": ("r2v_envs.scienceworld.env:make", 200),
     "R2V/Scripted-v0": ("r2v_envs.testing:make", 20),
 }

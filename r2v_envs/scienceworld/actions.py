@@ -46,14 +46,11 @@ def present_actions(valid: Iterable[str], task: str, mode: str = "filtered") -> 
     """The ``admissible_actions`` of a step from the engine's valid list (see the module doc)."""
     if mode == "raw":
         return list(valid)
-    electrical = task in ELECTRICAL
-    keep = set()
-    for action in valid:
-        if action in RESET_COMMANDS or _ON_AGENT.search(action):
-            continue
-        if not electrical and action.startswith(("connect ", "disconnect ")):
-            continue
-        keep.add(action)
+    # Runs every step over thousands of actions: plain string tests first, the regex only on the few that name
+    # "agent" at all: 1.5 ms for the 2726 actions of the kitchen on a loaded 2-core machine (an engine step: 200+ ms).
+    drop = () if task in ELECTRICAL else ("connect ", "disconnect ")
+    keep = {a for a in valid if not a.startswith(drop) and a not in RESET_COMMANDS
+            and not ("agent" in a and _ON_AGENT.search(a))}
     return sorted(keep)
 
 

@@ -16,8 +16,10 @@ one, :func:`find_java` raises :class:`~r2v_envs.errors.BackendUnavailableError` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -65,8 +67,8 @@ def start_scienceworld(java: str | None = None) -> Any:
     so the module's name is swapped for one that adds them while the constructor runs (under a lock: two envs may
     start at once in threads).
     """
-    scienceworld = import_scienceworld()
     java = java or find_java()
+    scienceworld = import_scienceworld()
     module = scienceworld.scienceworld
     with _LAUNCH_LOCK:
         original = module.launch_gateway
@@ -86,16 +88,16 @@ def start_scienceworld(java: str | None = None) -> Any:
 
 def close_scienceworld(env: Any, timeout_s: float = 10.0) -> None:
     """Shut the gateway down and wait for the JVM to exit (killed after ``timeout_s``): no process left behind."""
+    from py4j.protocol import Py4JError
+
     proc = getattr(getattr(env, "_gateway", None), "java_process", None)
-    try:
+    with contextlib.suppress(Py4JError, OSError):  # a JVM that already died: nothing to shut down, only to reap
         env.close()
-    except Exception:  # a JVM that already died: nothing to shut down, only to reap
-        pass
     env.close = lambda: None  # ScienceWorldEnv.__del__ closes again; the gateway is gone by then
     if proc is not None:
         try:
             proc.wait(timeout=timeout_s)
-        except Exception:
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):

@@ -79,7 +79,7 @@ def check_task_types(types: Iterable[str] | None) -> tuple[str, ...]:
 def variations(task: str, split: str) -> range:
     """The variation indices of ``task`` in r2v split ``split`` (``valid`` is ScienceWorld's dev)."""
     n, dev, test = TASK_TYPES[task]
-    return {"train": range(0, dev), "valid": range(dev, test), "test": range(test, n), "all": range(n)}[split]
+    return {"train": range(dev), "valid": range(dev, test), "test": range(test, n), "all": range(n)}[split]
 
 
 def split_ids(split: str, types: Iterable[str] | None = None) -> list[str]:

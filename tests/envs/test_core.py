@@ -80,11 +80,12 @@ def test_import_is_light():
     # every env module, and the agent modules an API-only or oracle user touches, without the heavy engines
     code = ("import sys, importlib\n"
             "for m in ('r2v_envs', 'r2v_envs.perturbations', 'r2v_envs.textworld.env', 'r2v_envs.alfworld.env',"
-            " 'r2v_envs.humaneval.env', 'r2v_envs.terminalbench.env', 'r2v_agents.runner', 'r2v_agents.teachers',"
+            " 'r2v_envs.humaneval.env', 'r2v_envs.terminalbench.env', 'r2v_envs.scienceworld.env', 'r2v_agents.runner',"
+            " 'r2v_agents.teachers',"
             " 'r2v_agents.routers', 'r2v_agents.routed', 'r2v_agents.slm', 'r2v_agents.features', 'r2v_train.cli'):\n"
             "    importlib.import_module(m)\n"
             "heavy = [m for m in ('torch', 'textworld', 'alfworld', 'evalplus', 'transformers', 'trl', 'vllm',"
-            " 'docker', 'openai', 'datasets') if m in sys.modules]\n"
+            " 'docker', 'openai', 'datasets', 'scienceworld', 'py4j') if m in sys.modules]\n"
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
 

