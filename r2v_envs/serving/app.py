@@ -106,7 +106,11 @@ def check_env(config: ServeConfig) -> None:
 def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as e:  # a port in use, an address this machine does not have: say which, no traceback
+        sock.close()
+        raise BadRequestError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     return sock
 
 
