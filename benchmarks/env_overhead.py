@@ -7,6 +7,7 @@ that machine load hits them alike; the median over rounds of each variant's mean
 
     python benchmarks/env_overhead.py --games 8 --rounds 5
     python benchmarks/env_overhead.py --env babyai --games 21 --rounds 5
+    python benchmarks/env_overhead.py --env scienceworld --games 6     # benchmarks/scienceworld_overhead.py
 
 ``--env babyai``: R2V/BabyAI-v0 against raw minigrid on the same test tasks (the first ``--games``, every level in
 turn) and the BabyAI bot's action sequences, recorded on raw minigrid. Two raw variants: minigrid's step alone, and
@@ -37,7 +38,7 @@ class Args:
     seed: int = 7
     """perturbation seed for the composite variant"""
     env: str = "textworld"
-    """textworld | babyai"""
+    """textworld | babyai | scienceworld"""
 
 
 def raw_env(path):
@@ -87,6 +88,10 @@ def time_r2v(env, task_id, actions) -> tuple[float, int]:
 def main(args: Args) -> dict[str, float]:
     if args.env == "babyai":
         return babyai_main(args)
+    if args.env == "scienceworld":  # four JVMs, steps interleaved: its own script (this folder is on sys.path)
+        import scienceworld_overhead
+
+        return scienceworld_overhead.main(scienceworld_overhead.Args(tasks=args.games, seed=args.seed))["ratio_vs_raw"]
     suite = get_suite("small")
     task_ids = list(suite)[: args.games]
     paths = {t: ensure_game(suite[t]) for t in task_ids}

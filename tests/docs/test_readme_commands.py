@@ -180,7 +180,7 @@ SHELL: dict[str, Mini | None] = {
 
 # Python blocks slower than a few seconds (heavy engines, several episodes), and blocks that need data.
 SLOW_PYTHON_PAGES = {"docs/alfworld.md", "docs/humaneval.md", "docs/terminalbench.md", "docs/agents.md",
-                     "docs/runner-and-rl.md"}
+                     "docs/runner-and-rl.md", "docs/scienceworld.md"}
 NEEDS_ENV = {"docs/humaneval.md": "HUMANEVAL_OVERRIDE_PATH"}
 
 
