@@ -15,6 +15,9 @@ RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-ins
       cmake g++ make bubblewrap tmux curl wget git jq sqlite3 unzip zip bc file procps tree less xxd ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
+# fast-downward's build (alfworld) calls `python`: a Debian root has only python3
+RUN command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python
+
 WORKDIR /opt/r2v
 COPY pyproject.toml README.md ./
 COPY r2v_envs ./r2v_envs
@@ -22,6 +25,8 @@ COPY r2v_agents ./r2v_agents
 COPY r2v_eval ./r2v_eval
 COPY r2v_train ./r2v_train
 RUN python3 -m pip install --no-cache-dir ".[textworld,alfworld,humaneval,serve]"
+# Terminal-Bench's judge runs the task's tests with the host's pytest when tasks run locally (no Docker in Docker)
+RUN python3 -m pip install --no-cache-dir "pytest>=8"
 
 # The small TextWorld suite, generated now so the image serves it offline; other suites generate on first use.
 ENV R2V_CACHE=/opt/r2v-cache
