@@ -131,7 +131,11 @@ def serve(config: ServeConfig) -> None:
         print(f"r2v serve: warning: listening on {config.host} without a token", file=sys.stderr)
     print(f"r2v serve: {config.env} on http://{host}:{port} (sessions: ws://{host}:{port}/ws, at most "
           f"{config.max_sessions})", file=sys.stderr, flush=True)
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shuts down gracefully on Ctrl-C, then re-raises it: a clean stop
+        pass
+    print("r2v serve: stopped", file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -139,7 +139,6 @@ def run_documented_serve(argv: list[str]) -> dict:
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
-    # uvicorn shuts down gracefully on SIGINT, then re-raises it: -2 is a clean stop
     return {"steps": steps, "goal": info.get("goal"), "oracle_hidden": "expert_action" not in info,
             "returncode": proc.returncode, "listening": f"127.0.0.1:{port}" in err, "traceback": "Traceback" in err}
 
