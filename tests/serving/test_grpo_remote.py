@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -22,6 +23,14 @@ from tests.support.tiny_models import scripted_corpus_and_tokenizer  # noqa: E40
 
 pytestmark = pytest.mark.timeout(900)
 ENV = "R2V/Scripted-v0"
+
+
+def _settled(book, timeout_s: float = 15.0) -> dict:
+    """The book once closed sessions are freed (a client's close reaches the server a moment later)."""
+    deadline = time.monotonic() + timeout_s
+    while book.summary()["live"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return book.summary()
 
 
 def _tiny():
@@ -61,7 +70,7 @@ def test_grpo_textworld_trains_through_a_server(tmp_path):
     with serve_in_thread(ServeConfig(env=ENV, env_kwargs=json.dumps(kw), port=0)) as srv:
         summary = main(Args(env_id=ENV, task_ids=("scripted-0",), server=srv.url, max_steps=2, num_generations=4,
                             max_turns=4, output_dir=str(tmp_path / "grpo"), seed=1))
-        book = srv.book.summary()
+        book = _settled(srv.book)
     assert summary["steps"] == 2 and summary["episodes"] == 8
     assert book["opened"] == 4 and book["live"] == 0  # a session per generation, reused across steps, all closed
     assert len(summary["rewards"]) == 2 and any(r > 0 for r in summary["rewards"])
@@ -98,7 +107,7 @@ def test_grpo_trains_through_servers_mixing_textworld_and_alfworld(alfworld_cach
         trainer.train()
         played = {name: len(pool) for name, pool in rollout._envs.items()}
         rollout.close()
-        books = tw.book.summary(), alf.book.summary()
+        books = [_settled(srv.book) for srv in (tw, alf)]
     assert trainer.state.global_step == 2
     assert played["textworld"] >= 1 and played["alfworld"] >= 1  # both benchmarks in every batch
     assert all(b["opened"] >= 1 and b["live"] == 0 for b in books)  # sessions on both servers, all closed
