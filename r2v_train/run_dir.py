@@ -9,6 +9,7 @@
     RUN/bc/model/                     the BC policy (HF model dir + tokenizer); bc/init, bc/checkpoints
     RUN/preferences/pairs.parquet     prompt, chosen, rejected, prompt_alt, candidates (+ origin, scores)
     RUN/dpo/model/                    the distilled policy pi_theta (DPO + JSD consistency)
+    RUN/rl/model/                     an `r2v rl` run's RL-tuned SLM (GRPO from a source run's SLM; rl/curve.json)
     RUN/router_data/train/, valid/    SLM-only rollouts of dpo/model (shards with router rows f_t, y_t)
     RUN/router/router.pt              the router with its feature spec and threshold (+ router_metrics.json)
     RUN/<stage>/stage.json            written when a stage finished: its config, outputs, wall time and key
@@ -51,7 +52,8 @@ def stage_paths(run: PathLike) -> dict[str, str]:
     j = os.path.join
     return {"manifest": j(d, MANIFEST), "split": j(d, "split", "split.json"), "teacher": j(d, "teacher"),
             "replay": j(d, "replay"), "bc_model": j(d, "bc", "model"), "pairs": j(d, "preferences", "pairs.parquet"),
-            "dpo_model": j(d, "dpo", "model"), "router_data_train": j(d, "router_data", "train"),
+            "dpo_model": j(d, "dpo", "model"), "rl_model": j(d, "rl", "model"),
+            "router_data_train": j(d, "router_data", "train"),
             "router_data_valid": j(d, "router_data", "valid"), "router": j(d, "router", "router.pt")}
 
 

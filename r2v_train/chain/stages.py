@@ -209,7 +209,7 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
             before_stage(stage)
         say(f"{_step(stage)} {stage}: {describe_stage(config, stage, results.get('split', {}).get('outputs', {}))}"
             f"{eta_text((manifest['stages'].get(stage) or {}).get('wall_s'))}")
-        _prepare_dir(sdir, key)
+        prepare_stage_dir(sdir, key)
         t0 = time.perf_counter()
         outputs = jsonable(fns[stage](config, run_dir))
         wall = time.perf_counter() - t0
@@ -230,7 +230,7 @@ def _step(stage: str) -> str:
     return f"stage {STAGES.index(stage) + 1}/{len(STAGES)}"
 
 
-def _prepare_dir(sdir: str, key: str) -> None:
+def prepare_stage_dir(sdir: str, key: str) -> None:
     """Keep partial outputs of an interrupted run with the same key (to resume); clear anything else."""
     started = os.path.join(sdir, ".started.json")
     if os.path.isdir(sdir):

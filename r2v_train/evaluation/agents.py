@@ -29,11 +29,11 @@ from r2v_train.run_dir import MANIFEST, stage_paths
 
 
 def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
-    """The evaluation's parts from a chain run directory: the DPO policy (BC if DPO is absent), the teacher, the
-    router and the validation router rows."""
+    """The evaluation's parts from a chain run directory: its SLM (the RL-tuned one of an ``r2v rl`` run, else
+    DPO, else BC), the teacher, the router and the validation router rows."""
 
     p = stage_paths(run_dir)
-    model = p["dpo_model"] if os.path.isdir(p["dpo_model"]) else p["bc_model"]
+    model = next((p[k] for k in ("rl_model", "dpo_model") if os.path.isdir(p[k])), p["bc_model"])
     return Agents(slm=shared_slm(model, chain.router_data, chain.env.env_id),
                   teacher=lambda: make_teacher(chain.teacher, chain.env.env_id),
                   router_path=p["router"], valid_router_dir=p["router_data_valid"])
