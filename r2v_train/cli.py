@@ -25,6 +25,7 @@ from typing import Any
 
 import tyro
 
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.serving import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.textworld.generate import cache_root, pregenerate
@@ -40,6 +41,7 @@ from r2v_train.evaluation.methods import evaluate, methods_table
 from r2v_train.evaluation.report import ablation_table, write_report
 from r2v_train.evaluation.rollout import RolloutArgs, rollout, success_table
 from r2v_train.pipeline import run_ablation, run_pipeline, run_study, summary_text
+from r2v_train.rl.config import RLArgs
 from r2v_train.router.config import ROUTER_FILE
 from r2v_train.router.data import RouterData
 from r2v_train.router.train import RouterTrainArgs, RouterTrainResult, train_router
@@ -169,10 +171,28 @@ def serve(cfg: ServeConfig) -> None:
     run_server(cfg)
 
 
+def rl(args: RLArgs) -> dict[str, Any]:
+    """``r2v rl``: torch, transformers and TRL load only here."""
+    from r2v_train.rl.run import RL_STAGES, run_rl
+
+    bad = [s for s in args.only if s not in RL_STAGES]
+    if bad:
+        raise UnknownChoiceError("rl stage", bad[0], RL_STAGES)
+    summary = run_rl(args.config(), args.run_dir, args.target(), stages=tuple(args.only) or RL_STAGES)
+    for cond, methods in (summary.get("test") or {}).items():
+        for method, c in methods.items():
+            d = c["paired"]
+            print(f"{cond:10s} {method:9s} SR {c['rl']['sr']:5.1f} (source {c['source']['sr']:5.1f}, paired "
+                  f"{d['sr_diff']:+.1f} [{d['sr_diff_ci'][0]:+.1f}, {d['sr_diff_ci'][1]:+.1f}])  LLM% "
+                  f"{c['rl']['llm_pct']:5.1f} (source {c['source']['llm_pct']:5.1f})")
+    print(f"RL run: {args.target()} (report: {os.path.join(args.target(), 'report.md')})")
+    return summary
+
+
 def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
     """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
     directories or .parquet files)."""
-    load = lambda p: RouterData.read_parquet(p) if str(p).endswith(".parquet") else RouterData.from_run(p)  # noqa: E731
+    load = lambda p: RouterData.read_parquet(p) if str(p).endswith(".parquet") else RouterData.from_run(p)
     result = train_router(load(args.train), load(args.valid), args.config, run_dir=args.run_dir)
     valid = result.metrics["valid"]
     print(f"router: threshold {result.threshold:.3f}, valid ECE {valid['ece']:.4f}, Brier {valid['brier']:.4f}, "
@@ -240,6 +260,8 @@ COMMANDS: dict[str, Command] = {
                         _flags(run_bc, BCLaunch, "train-bc")),
     "train-dpo": Command("DPO + consistency alone on preference rows (also under accelerate launch)",
                          _flags(run_dpo, DPOLaunch, "train-dpo")),
+    "rl": Command("GRPO from a run's SLM (TRL), its learning curve, and R2V rerun on the RL-tuned SLM",
+                  _flags(rl, RLArgs, "rl")),
     "router-train": Command("a router on router rows of two runner directories",
                             _flags(router_train_main, RouterTrainArgs, "router-train")),
     "evaluate": Command("Table 1's methods on a finished run", _flags(evaluate_run, RunDirArgs, "evaluate")),

@@ -137,7 +137,9 @@ def test_own_modules_imported_at_top():
 # must; importing them inside the function that trains or loads keeps `import r2v_train.cli` and the runner light.
 HEAVY_R2V = {"r2v_agents.router_mlp", "r2v_train.chain.dpo_consistency",
              # the env server stack (FastAPI, uvicorn, openenv: ~7 s to import): `r2v serve` and remote envs only
-             "r2v_envs.serving.app", "r2v_envs.serving.client"}
+             "r2v_envs.serving.app", "r2v_envs.serving.client",
+             # TRL's GRPOTrainer subclass, and `r2v rl`'s stages over it (transformers callbacks): `r2v rl` only
+             "r2v_train.rl.trainer", "r2v_train.rl.run"}
 
 
 def _allowed_lazy(module: str, target: str) -> bool:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 
-@lru_cache(maxsize=None)
+@cache
 def scripted_corpus_and_tokenizer(vocab_size: int = 400):
     """Prompt/action texts of 4 clean scripted episodes and a tokenizer trained on them (cached per process)."""
     from r2v_agents.tiny import env_corpus, train_tokenizer
@@ -13,3 +13,14 @@ def scripted_corpus_and_tokenizer(vocab_size: int = 400):
     texts = env_corpus("R2V/Scripted-v0", task_ids=[f"scripted-{i}" for i in range(4)], seeds=(0,),
                        perturbations=None)
     return texts, train_tokenizer(texts, vocab_size=vocab_size)
+
+
+def distinct_actions_reward(completions, **kwargs):
+    """A TRL reward for ``r2v rl`` miniatures whose tiny SLM never wins: the share of distinct actions in an
+    episode (a completion is the episode's actions, one per line), which differs between a group's samples, so
+    GRPO's advantages are not all 0 and the weights move."""
+    out = []
+    for text in completions:
+        actions = [a for a in str(text).splitlines() if a]
+        out.append(len(set(actions)) / len(actions) if actions else 0.0)
+    return out

@@ -1,0 +1,154 @@
+"""The ``rl`` stage of ``r2v rl``: TRL GRPO from a run's SLM on its train split, evaluated while it trains.
+
+The loop is TRL's (``EpisodeGRPOTrainer.train``); this module wires it: the starting model and tokenizer, the
+dataset of episode starts (:func:`r2v_train.rl.rollouts.training_starts`), the rollout collector on the chain's env
+and step cap, the reward function, TRL's config, and the learning-curve callback whose evaluation is the SLM-only
+protocol of Table 1 (K candidates, the benchmark's verifier, the chain's grounding) run through ``r2v eval``'s grid
+(:func:`r2v_eval.grid.run_grid`), one ``r2v eval`` directory per evaluation.
+
+It runs on CUDA unchanged (bf16 where the GPU has it); ``use_cpu`` is set only where no GPU is visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from r2v_agents.prompts import action_style
+from r2v_agents.samplers.transformers_sampler import TransformersSampler
+from r2v_agents.shards import load_rows
+from r2v_agents.slm import SLMPolicy
+from r2v_agents.verifiers import verifier_for
+from r2v_eval.grid import GridConfig, cell_dir, run_grid
+from r2v_eval.robustness import attempt_dirs, cell_metrics
+from r2v_train.chain import collect
+from r2v_train.chain.saving import bf16_default, cuda_available, use_checkpointing
+from r2v_train.chain.stages import ChainConfig
+from r2v_train.rl.config import RLConfig
+from r2v_train.rl.curve import LearningCurve
+from r2v_train.rl.rewards import resolve_reward
+from r2v_train.rl.rollouts import GroupCollector, training_starts
+
+
+def slm_evaluator(chain: ChainConfig, cfg: RLConfig, out_dir: str):
+    """``evaluate(model, tokenizer, step)``: SLM-only SR of the live model on ``cfg.eval_split`` (composite
+    perturbations, ``cfg.eval_seeds``), written as an ``r2v eval`` directory ``out_dir/evals/step-<N>``."""
+    env_id, rd = chain.env.env_id, chain.router_data
+
+    def evaluate(model: Any, tokenizer: Any, step: int) -> dict[str, Any]:
+        was_training = model.training
+        # the sampler of `slm:RUN` (r2v_train.chain.collect.make_sampler) over the live weights
+        sampler = TransformersSampler(model, tokenizer, max_new_tokens=rd.max_new_tokens, temperature=rd.temperature,
+                                      seed=rd.sampler_seed, style=action_style(env_id))
+        policy = SLMPolicy(sampler, verifier_for(env_id), k=rd.k, admissible=rd.admissible)
+        grid = GridConfig(env_ids=(env_id,), perturbations=(cfg.perturbations,), seeds=cfg.eval_seeds,
+                          split=cfg.eval_split, tasks=cfg.eval_max_tasks, env_kwargs=dict(chain.env.env_kwargs),
+                          max_steps=cfg.max_episode_steps or chain.env.max_steps, workers=chain.env.workers,
+                          progress=False)
+        out = os.path.join(out_dir, "evals", f"step-{step:04d}")
+        run_grid(policy, "slm", grid, out, agent_record={"spec": f"rl step {step}", "k": rd.k})
+        model.train(was_training)
+        cell = cell_dir(out, env_id, cfg.perturbations)
+        m = cell_metrics(cell)
+        eps = list(_last_attempts(cell).values())
+        return {"split": cfg.eval_split, "sr": m["sr"], "sr_ci": m["sr_ci"], "episodes": len(eps),
+                "mean_return": sum(e["return"] for e in eps) / max(len(eps), 1),
+                "mean_steps": sum(e["steps"] for e in eps) / max(len(eps), 1), "dir": os.path.relpath(out, out_dir)}
+
+    return evaluate
+
+
+def _last_attempts(cell: str) -> dict[str, dict[str, Any]]:
+    """Episode rows of an ``r2v eval`` cell with their return, the last attempt of each counting (as
+    :func:`r2v_eval.robustness.cell_episodes`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in attempt_dirs(cell):
+        for row in load_rows(d, "episodes", columns=["episode_id", "success", "return", "steps"]):
+            out[row["episode_id"]] = row
+    return out
+
+
+def last_complete_checkpoint(folder: str) -> str | None:
+    """The newest ``checkpoint-<N>`` whose ``trainer_state.json`` (the Trainer writes it last) reads whole: a kill
+    in the middle of a save leaves a folder without it, which a resume must not pick."""
+    if not os.path.isdir(folder):
+        return None
+    steps = sorted((int(n.split("-")[1]) for n in os.listdir(folder)
+                    if n.startswith("checkpoint-") and n.split("-")[1].isdigit()), reverse=True)
+    for n in steps:
+        path = os.path.join(folder, f"checkpoint-{n}")
+        try:
+            with open(os.path.join(path, "trainer_state.json")) as fh:
+                json.load(fh)
+            return path
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str, out_dir: str) -> dict[str, Any]:
+    """Train, evaluate while training, save ``out_dir/model``; returns the stage's outputs."""
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from r2v_train.rl.trainer import EpisodeGRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.makedirs(out_dir, exist_ok=True)
+    tasks = collect.load_split(split_dir)["used"]["train"]
+    starts = training_starts(tasks, cfg.max_steps * cfg.starts_per_step, cfg.train_z_start, cfg.seed)
+    dataset = datasets.Dataset.from_dict({"prompt": [s.prompt for s in starts]})
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    env_id = chain.env.env_id
+    collector = GroupCollector(
+        env_id, {**chain.env.env_kwargs, "perturbations": cfg.perturbations},
+        cfg.max_episode_steps or chain.env.max_steps,
+        workers=chain.env.workers if cfg.workers is None else cfg.workers,
+        max_new_tokens=cfg.max_new_tokens or chain.router_data.max_new_tokens, temperature=cfg.temperature,
+        admissible=chain.router_data.admissible, seed=cfg.seed, k=cfg.rollout_k)
+    curve = LearningCurve(out_dir, slm_evaluator(chain, cfg, out_dir), cfg.eval_every,
+                          max_wall_s=60.0 * cfg.max_wall_min, progress=cfg.progress)
+    gpu = cuda_available()
+    args = GRPOConfig(
+        output_dir=os.path.join(out_dir, "checkpoints"), max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.episodes_per_step // cfg.micro_batches,
+        gradient_accumulation_steps=cfg.micro_batches, steps_per_generation=cfg.micro_batches,
+        num_generations=cfg.group_size, learning_rate=cfg.learning_rate, lr_scheduler_type="constant_with_warmup",
+        warmup_steps=cfg.warmup_steps, beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
+        loss_type="dapo", scale_rewards=cfg.scale_rewards, shuffle_dataset=False,
+        max_completion_length=cfg.max_new_tokens or chain.router_data.max_new_tokens,
+        save_strategy="steps", save_steps=cfg.eval_every, save_total_limit=2, logging_steps=1, report_to="none", seed=cfg.seed,
+        use_cpu=not gpu, bf16=bf16_default(None), dataloader_num_workers=0, disable_tqdm=not cfg.progress,
+        # TRL turns activation checkpointing on by default: it recomputes every forward pass, which buys nothing
+        # for the chain's small SLM (the rule of the other trainers: on from 100M parameters)
+        gradient_checkpointing=use_checkpointing(None, model))
+    trainer = EpisodeGRPOTrainer(model=model, reward_funcs=[resolve_reward(cfg.reward)], args=args,
+                                 train_dataset=dataset, processing_class=tok, callbacks=[curve],
+                                 collector=collector, scale_rewards=cfg.scale_rewards)
+    curve.trainer = trainer
+    last = last_complete_checkpoint(args.output_dir)
+    if last is None:  # the starting SLM: the curve's first point
+        curve.evaluate_at(0, trainer.accelerator.unwrap_model(trainer.model), tok)
+    elif cfg.progress:
+        print(f"[r2v rl] resuming from {last}", file=sys.stderr)
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=last)
+    collector.close()
+    final = os.path.join(out_dir, "model")
+    trainer.save_model(final)
+    tok.save_pretrained(final)
+    step = trainer.state.global_step
+    train_points = [p for p in curve.curve["train"].values() if p["step"] <= step]
+    return {"model": final, "steps": step, "max_steps": cfg.max_steps,
+            "stopped_by_budget": step < cfg.max_steps, "episodes": sum(p["episodes"] for p in train_points),
+            "train_wall_s": max((p["train_wall_s"] for p in train_points), default=0.0),
+            "session_wall_s": time.perf_counter() - t0, "device": "cuda" if gpu else "cpu",
+            "curve": os.path.join(out_dir, "curve.json"), "plot": os.path.join(out_dir, "learning_curve.png")}

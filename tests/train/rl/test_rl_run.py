@@ -1,0 +1,144 @@
+"""``r2v rl`` in miniature on the tiny chain run: every artefact, resume after a SIGKILL, and an RL run that
+``slm:`` / ``r2v:`` load unchanged. It checks the plumbing, not that the SLM learns (the dated results page does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # the tiny chain, two GRPO steps, Table 1 on two tasks
+
+pytest.importorskip("textworld")
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+
+ROOT = Path(__file__).resolve().parents[3]
+# Table 1 on 2 test tasks x 1 seed, 4 steps per episode, one per-type condition: seconds, not minutes.
+SMALL_EVAL = {"env_id": "R2V/TextWorld-v0", "env_kwargs": {"suite": "small"}, "split": "test", "max_tasks": 2,
+              "seeds": [0], "perturbations": "composite", "per_type": ["flaky"], "per_type_seeds": [0],
+              "max_steps": 4, "bootstrap": 50, "progress": False}
+# The tiny SLM never wins in 4 steps: a reward whose value differs between samples makes the weights move.
+SMALL_RL = {"reward": "tests.support.tiny_models:distinct_actions_reward", "max_steps": 2, "starts_per_step": 2,
+            "group_size": 2, "micro_batches": 2, "eval_every": 1, "eval_max_tasks": 2, "max_episode_steps": 4,
+            "workers": 0, "threads": 2, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, tiny_chain_template):
+    """A copy of the tiny chain run with a small evaluation of its own (pipeline.json + eval/)."""
+    from r2v_train.evaluation.agents import agents_from_run
+    from r2v_train.evaluation.methods import EvalConfig, evaluate
+    from r2v_train.rl.run import source_chain
+    from r2v_train.run_dir import eval_dir
+
+    template, _ = tiny_chain_template
+    run = tmp_path_factory.mktemp("rl-source") / "run"
+    shutil.copytree(template, run, symlinks=True)
+    (run / "pipeline.json").write_text(json.dumps({"config": {"evaluate": SMALL_EVAL}}))
+    evaluate(agents_from_run(source_chain(run), run), EvalConfig(**SMALL_EVAL), eval_dir(run))
+    return run
+
+
+@pytest.fixture(scope="module")
+def rl_run(source, tmp_path_factory):
+    from r2v_train.rl.config import RLConfig
+    from r2v_train.rl.run import run_rl
+
+    out = tmp_path_factory.mktemp("rl") / "run-rl"
+    summary = run_rl(RLConfig(**SMALL_RL), source, out)
+    return out, summary
+
+
+def test_the_rl_run_writes_its_model_curve_plot_evaluations_and_paired_comparison(source, rl_run):
+    from transformers import AutoModelForCausalLM
+
+    from r2v_eval.robustness import summarise
+    from r2v_train.run_dir import stage_paths
+
+    out, summary = rl_run
+    rl = out / "rl"
+    curve = json.loads((rl / "curve.json").read_text())
+    assert sorted(int(s) for s in curve["eval"]) == [0, 1, 2] and sorted(int(s) for s in curve["train"]) == [1, 2]
+    assert all(0 <= p["sr"] <= 100 and p["episodes"] == 2 for p in curve["eval"].values())
+    assert all(p["episodes"] == 4 and p["steps"] > 0 for p in curve["train"].values())
+    assert (rl / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for step in (0, 1, 2):  # each evaluation is an `r2v eval` directory (what `r2v view` reads)
+        cells = summarise(rl / "evals" / f"step-{step:04d}")["cells"]
+        assert len(cells) == 1 and cells[0]["episodes"] == 2
+    before = AutoModelForCausalLM.from_pretrained(stage_paths(source)["dpo_model"])
+    after = AutoModelForCausalLM.from_pretrained(rl / "model")
+    changed = sum(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
+    assert changed > 0  # GRPO moved the weights
+    training = json.loads((rl / "stage.json").read_text())["outputs"]
+    assert training["steps"] == 2 and training["episodes"] == 8 and not training["stopped_by_budget"]
+    # R2V reran on the RL-tuned SLM: router data, router, Table 1, and the paired comparison with the source
+    assert (out / "router" / "router.pt").is_file() and (out / "eval" / "results.json").is_file()
+    assert set(summary["test"]) == {"composite", "flaky"}
+    for method in ("slm", "r2v", "llm"):
+        d = summary["test"]["composite"][method]["paired"]
+        assert d["episodes"] == 2 and d["sr_diff_ci"][0] <= d["sr_diff"] <= d["sr_diff_ci"][1]
+    assert summary["test"]["composite"]["llm"]["paired"]["sr_diff"] == 0.0  # the teacher alone did not change
+    report = (out / "report.md").read_text()
+    assert "composite: slm" in report and "rl/learning_curve.png" in report
+
+
+def test_slm_and_r2v_specs_load_the_rl_tuned_slm_unchanged(rl_run, capsys):
+    from r2v_eval.cli import main as eval_main
+    from r2v_train.evaluation.agents import run_dir_agent
+
+    out, _ = rl_run
+    slm = run_dir_agent("slm", str(out))
+    assert slm.sampler.sampler.model.name_or_path.endswith(os.path.join("rl", "model"))
+    r2v = run_dir_agent("r2v", str(out))
+    assert r2v.router is not None
+    report = out.parent / "eval-slm"
+    eval_main(["--agent", f"slm:{out}", "--envs", "R2V/TextWorld-v0", "--env-kwargs", '{"suite": "small"}',
+               "--perturbations", "composite", "--seeds", "0", "--tasks", "1", "--max-steps", "3",
+               "--out", str(report), "--no-progress"])
+    results = json.loads((report / "results.json").read_text())
+    assert results["cells"][0]["episodes"] == 1
+
+
+def test_r2v_view_shows_an_evaluation_of_the_rl_run(rl_run, tmp_path):
+    from r2v_eval.view import ViewArgs, view
+
+    out, _ = rl_run
+    page = view(ViewArgs(run=str(out / "rl" / "evals" / "step-0002"), out=str(tmp_path / "view.html"),
+                         compress="never")).read_text()
+    episodes = json.loads((out / "rl" / "curve.json").read_text())["eval"]["2"]["episodes"]
+    assert page.count("tw-") >= episodes and "slm" in page
+
+
+def test_a_killed_rl_stage_resumes_from_its_checkpoint(source, tmp_path):
+    out = tmp_path / "killed-rl"
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in {**SMALL_RL, "max_steps": 3, "progress": True}.items()]
+    cmd = [sys.executable, "-m", "r2v_train.cli", "rl", "--run-dir", str(source), "--out-dir", str(out),
+           "--only", "rl", *flags]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out / "rl" / "checkpoints" / "checkpoint-2").is_dir():
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (out / "rl" / "checkpoints" / "checkpoint-2").is_dir(), "no checkpoint within the deadline"
+    assert not (out / "rl" / "stage.json").exists()
+    evaluated = {p.name: p.stat().st_mtime_ns for p in (out / "rl" / "evals").iterdir()}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from" in done.stderr and "checkpoint-2" in done.stderr
+    outputs = json.loads((out / "rl" / "stage.json").read_text())["outputs"]
+    assert outputs["steps"] == 3
+    curve = json.loads((out / "rl" / "curve.json").read_text())
+    assert sorted(int(s) for s in curve["eval"]) == [0, 1, 2, 3]
+    again = {p.name: p.stat().st_mtime_ns for p in (out / "rl" / "evals").iterdir() if p.name in evaluated}
+    assert {k: again[k] for k in ("step-0000", "step-0001")} == {k: evaluated[k] for k in ("step-0000", "step-0001")}
