@@ -138,6 +138,8 @@ def run_rl(cfg: RLConfig, source: str | os.PathLike, out: str | os.PathLike,
             upstream = marker["run_id"]
             continue
         say(f"rl stage {i + 1}/{len(wanted)} {stage}: {_describe(stage, cfg, chain, ev)}")
+        if stage == "rl":
+            _refuse_to_clear_training(sdir, key)
         prepare_stage_dir(sdir, key)
         t0 = time.perf_counter()
         outputs = jsonable(fns[stage]())
@@ -152,6 +154,21 @@ def run_rl(cfg: RLConfig, source: str | os.PathLike, out: str | os.PathLike,
         upstream = run_id
     path = os.path.join(out, "rl", RESULTS)
     return json.loads(Path(path).read_text()) if os.path.exists(path) else {}
+
+
+def _refuse_to_clear_training(sdir: str, key: str) -> None:
+    """A changed key clears a stage's directory (the chain's rule); a training run is minutes to hours of work, so
+    its directory is never cleared: a run of another config (or of code that keys it otherwise) stops here."""
+    started = os.path.join(sdir, ".started.json")
+    if not os.path.exists(started):
+        return
+    old = json.loads(Path(started).read_text()).get("key")
+    checkpoints = os.path.join(sdir, "checkpoints")
+    trained = any(os.path.exists(os.path.join(sdir, p)) for p in ("model", "curve.json")) or (
+        os.path.isdir(checkpoints) and any(n.startswith("checkpoint-") for n in os.listdir(checkpoints)))
+    if old != key and trained:
+        raise FileExistsError(f"{sdir} holds a training run of another rl config (key {old}, this one {key}): "
+                              "give a new --out-dir, or remove that directory to train again")
 
 
 def _describe(stage: str, cfg: RLConfig, chain: ChainConfig, ev: EvalConfig) -> str:

@@ -27,7 +27,7 @@ SMALL_EVAL = {"env_id": "R2V/TextWorld-v0", "env_kwargs": {"suite": "small"}, "s
               "seeds": [0], "perturbations": "composite", "per_type": ["flaky"], "per_type_seeds": [0],
               "max_steps": 4, "bootstrap": 50, "progress": False}
 # The tiny SLM never wins in 4 steps: a reward whose value differs between samples makes the weights move.
-SMALL_RL = {"reward": "tests.support.tiny_models:distinct_actions_reward", "max_steps": 2, "starts_per_step": 2,
+SMALL_RL = {"reward": "tests.support.tiny_models:action_length_reward", "max_steps": 2, "starts_per_step": 2,
             "group_size": 2, "micro_batches": 2, "eval_every": 1, "eval_max_tasks": 2, "max_episode_steps": 4,
             "workers": 0, "threads": 2, "progress": False}
 
@@ -118,19 +118,30 @@ def test_r2v_view_shows_an_evaluation_of_the_rl_run(rl_run, tmp_path):
     assert page.count("tw-") >= episodes and "slm" in page
 
 
+def _flag(name: str, value) -> str:
+    """``r2v rl``'s flag for a config field (tyro: ``--name=value``, booleans ``--name`` / ``--no-name``)."""
+    name = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name}={value}"
+
+
 def test_a_killed_rl_stage_resumes_from_its_checkpoint(source, tmp_path):
     out = tmp_path / "killed-rl"
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in {**SMALL_RL, "max_steps": 3, "progress": True}.items()]
+    flags = [_flag(k, v) for k, v in {**SMALL_RL, "max_steps": 3, "progress": True}.items()]
     cmd = [sys.executable, "-m", "r2v_train.cli", "rl", "--run-dir", str(source), "--out-dir", str(out),
            "--only", "rl", *flags]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and not (out / "rl" / "checkpoints" / "checkpoint-2").is_dir():
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert (out / "rl" / "checkpoints" / "checkpoint-2").is_dir(), "no checkpoint within the deadline"
+    log = tmp_path / "killed.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        deadline = time.time() + 900  # a loaded 2-core machine: imports, 3 evaluations and 2 steps
+        while (time.time() < deadline and proc.poll() is None
+               and not (out / "rl" / "checkpoints" / "checkpoint-2").is_dir()):
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert (out / "rl" / "checkpoints" / "checkpoint-2").is_dir(), log.read_text()[-3000:]
     assert not (out / "rl" / "stage.json").exists()
     evaluated = {p.name: p.stat().st_mtime_ns for p in (out / "rl" / "evals").iterdir()}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -142,3 +153,17 @@ def test_a_killed_rl_stage_resumes_from_its_checkpoint(source, tmp_path):
     assert sorted(int(s) for s in curve["eval"]) == [0, 1, 2, 3]
     again = {p.name: p.stat().st_mtime_ns for p in (out / "rl" / "evals").iterdir() if p.name in evaluated}
     assert {k: again[k] for k in ("step-0000", "step-0001")} == {k: evaluated[k] for k in ("step-0000", "step-0001")}
+
+
+def test_another_rl_config_never_clears_a_trained_run(rl_run, source):
+    """A changed key clears a chain stage's directory; the rl stage's training is kept and the run stops instead."""
+    import dataclasses
+
+    from r2v_train.rl.config import RLConfig
+    from r2v_train.rl.run import run_rl
+
+    out, _ = rl_run
+    before = (out / "rl" / "model" / "config.json").read_bytes()
+    with pytest.raises(FileExistsError, match="another rl config"):
+        run_rl(dataclasses.replace(RLConfig(**SMALL_RL), learning_rate=5e-4), source, out)
+    assert (out / "rl" / "model" / "config.json").read_bytes() == before
