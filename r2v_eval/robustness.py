@@ -47,7 +47,8 @@ CLEAN = "none"
 _INFRA = re.compile(r"^infra:(\w+): (\d+) attempts?; ")
 NON_EXACT = frozenset(GROUNDING_KINDS) - {"exact"}
 """Grounding kinds where the model did not name an action exactly (``likelihood`` choices name one by design)."""
-EPISODE_COLUMNS = ["episode_id", "benchmark", "task_id", "z", "success", "steps", "teacher_calls", "cost", "error"]
+EPISODE_COLUMNS = ["episode_id", "benchmark", "task_id", "z", "success", "steps", "return", "teacher_calls", "cost",
+                   "error"]
 
 
 def env_slug(env_id: str) -> str:

@@ -57,6 +57,13 @@ def stage_paths(run: PathLike) -> dict[str, str]:
             "router_data_valid": j(d, "router_data", "valid"), "router": j(d, "router", "router.pt")}
 
 
+def slm_model(run: PathLike) -> str:
+    """The SLM a run ends with: its RL-tuned model (an ``r2v rl`` run), else DPO, else BC (that path, whether or
+    not it exists yet)."""
+    p = stage_paths(run)
+    return next((p[k] for k in ("rl_model", "dpo_model") if os.path.isdir(p[k])), p["bc_model"])
+
+
 def eval_dir(run: PathLike) -> Path:
     """Table 1's evaluation of a run (``results.json`` and one runner directory per cell)."""
     return Path(run) / "eval"

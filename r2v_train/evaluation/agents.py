@@ -25,7 +25,7 @@ from r2v_train.chain.collect import make_sampler, make_teacher, slm_policy
 from r2v_train.chain.dpo import dpo_stage
 from r2v_train.config import load_config
 from r2v_train.evaluation.methods import Agents
-from r2v_train.run_dir import MANIFEST, stage_paths
+from r2v_train.run_dir import MANIFEST, slm_model, stage_paths
 
 
 def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
@@ -33,8 +33,7 @@ def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
     DPO, else BC), the teacher, the router and the validation router rows."""
 
     p = stage_paths(run_dir)
-    model = next((p[k] for k in ("rl_model", "dpo_model") if os.path.isdir(p[k])), p["bc_model"])
-    return Agents(slm=shared_slm(model, chain.router_data, chain.env.env_id),
+    return Agents(slm=shared_slm(slm_model(run_dir), chain.router_data, chain.env.env_id),
                   teacher=lambda: make_teacher(chain.teacher, chain.env.env_id),
                   router_path=p["router"], valid_router_dir=p["router_data_valid"])
 

@@ -19,11 +19,10 @@ from typing import Any
 
 from r2v_agents.prompts import action_style
 from r2v_agents.samplers.transformers_sampler import TransformersSampler
-from r2v_agents.shards import load_rows
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers import verifier_for
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.robustness import attempt_dirs, cell_metrics
+from r2v_eval.robustness import cell_episodes, cell_metrics
 from r2v_train.chain import collect
 from r2v_train.chain.saving import bf16_default, cuda_available, use_checkpointing
 from r2v_train.chain.stages import ChainConfig
@@ -53,22 +52,12 @@ def slm_evaluator(chain: ChainConfig, cfg: RLConfig, out_dir: str):
         model.train(was_training)
         cell = cell_dir(out, env_id, cfg.perturbations)
         m = cell_metrics(cell)
-        eps = list(_last_attempts(cell).values())
+        eps = list(cell_episodes(cell).values())
         return {"split": cfg.eval_split, "sr": m["sr"], "sr_ci": m["sr_ci"], "episodes": len(eps),
                 "mean_return": sum(e["return"] for e in eps) / max(len(eps), 1),
                 "mean_steps": sum(e["steps"] for e in eps) / max(len(eps), 1), "dir": os.path.relpath(out, out_dir)}
 
     return evaluate
-
-
-def _last_attempts(cell: str) -> dict[str, dict[str, Any]]:
-    """Episode rows of an ``r2v eval`` cell with their return, the last attempt of each counting (as
-    :func:`r2v_eval.robustness.cell_episodes`)."""
-    out: dict[str, dict[str, Any]] = {}
-    for d in attempt_dirs(cell):
-        for row in load_rows(d, "episodes", columns=["episode_id", "success", "return", "steps"]):
-            out[row["episode_id"]] = row
-    return out
 
 
 def last_complete_checkpoint(folder: str) -> str | None:

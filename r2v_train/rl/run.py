@@ -44,7 +44,7 @@ from r2v_train.rl.config import RLConfig
 from r2v_train.rl.grpo import train_grpo
 from r2v_train.router.bagging import fit_router
 from r2v_train.router.data import RouterData
-from r2v_train.run_dir import MANIFEST, eval_dir, pipeline_file, stage_paths
+from r2v_train.run_dir import MANIFEST, eval_dir, pipeline_file, slm_model, stage_paths
 from r2v_train.runtime.narrate import duration, say
 
 RL_STAGES = ("rl", "router_data", "router", "evaluate")
@@ -62,12 +62,11 @@ def source_chain(run_dir: str | os.PathLike) -> ChainConfig:
 
 
 def source_model(run_dir: str | os.PathLike) -> str:
-    """The SLM a run ends with: its RL model, else DPO, else BC."""
-    p = stage_paths(run_dir)
-    for key in ("rl_model", "dpo_model", "bc_model"):
-        if os.path.isfile(os.path.join(p[key], "config.json")):
-            return p[key]
-    raise FileNotFoundError(f"{run_dir} holds no trained SLM (rl/model, dpo/model or bc/model)")
+    """The SLM a run ends with (:func:`r2v_train.run_dir.slm_model`), which must exist."""
+    model = slm_model(run_dir)
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        raise FileNotFoundError(f"{run_dir} holds no trained SLM (rl/model, dpo/model or bc/model)")
+    return model
 
 
 def source_eval_config(run_dir: str | os.PathLike, chain: ChainConfig) -> EvalConfig:
