@@ -126,6 +126,13 @@ def _flag(name: str, value) -> str:
     return f"--{name}={value}"
 
 
+def _complete(out: Path, step: int) -> bool:
+    from r2v_train.rl.grpo import last_complete_checkpoint
+
+    last = last_complete_checkpoint(str(out / "rl" / "checkpoints"))
+    return last is not None and int(last.rsplit("-", 1)[1]) >= step
+
+
 def test_a_killed_rl_stage_resumes_from_its_checkpoint(source, tmp_path):
     out = tmp_path / "killed-rl"
     flags = [_flag(k, v) for k, v in {**SMALL_RL, "max_steps": 3, "progress": True}.items()]
@@ -136,12 +143,13 @@ def test_a_killed_rl_stage_resumes_from_its_checkpoint(source, tmp_path):
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
         deadline = time.time() + 900  # a loaded 2-core machine: imports, 3 evaluations and 2 steps
-        while (time.time() < deadline and proc.poll() is None
-               and not (out / "rl" / "checkpoints" / "checkpoint-2").is_dir()):
+        # killed once checkpoint-2 is whole (its trainer_state.json, written last, reads): a kill inside the save
+        # would make the resume start from checkpoint-1, which is right but not what this test pins down
+        while time.time() < deadline and proc.poll() is None and not _complete(out, 2):
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert (out / "rl" / "checkpoints" / "checkpoint-2").is_dir(), log.read_text()[-3000:]
+    assert _complete(out, 2), log.read_text()[-3000:]
     assert not (out / "rl" / "stage.json").exists()
     evaluated = {p.name: p.stat().st_mtime_ns for p in (out / "rl" / "evals").iterdir()}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
