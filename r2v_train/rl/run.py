@@ -197,7 +197,10 @@ def _router(chain: ChainConfig, out: str) -> dict[str, Any]:
 
 
 def _evaluate(chain: ChainConfig, ev: EvalConfig, source: str, out: str, cfg: RLConfig) -> dict[str, Any]:
-    results = evaluate(agents_from_run(chain, out), ev, eval_dir(out))
+    agents = agents_from_run(chain, out)
+    if not cfg.router:  # no router stages ran: no router and no validation router rows to fit baselines on
+        agents = dataclasses.replace(agents, router_path=None, valid_router_dir=None)
+    results = evaluate(agents, ev, eval_dir(out))
     comparison = compare_runs(eval_dir(out), eval_dir(source), n_boot=ev.bootstrap, seed=ev.bootstrap_seed)
     curve = json.loads(Path(out, "rl", "curve.json").read_text()) if Path(out, "rl", "curve.json").exists() else {}
     rl_marker = read_marker(out, "rl") or {}

@@ -175,3 +175,48 @@ def test_another_rl_config_never_clears_a_trained_run(rl_run, source):
     with pytest.raises(FileExistsError, match="another rl config"):
         run_rl(dataclasses.replace(RLConfig(**SMALL_RL), learning_rate=5e-4), source, out)
     assert (out / "rl" / "model" / "config.json").read_bytes() == before
+
+
+def test_training_rows_carry_the_tokens_of_the_executed_action(source):
+    """A grounded sample ("go south" played as the admissible "go north") trains the played action's tokens:
+    every row decodes to the action the env executed, and rows the grounding replaced say so."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from r2v_agents.prompts import parse_completion
+    from r2v_train.chain import collect
+    from r2v_train.rl.rollouts import GroupCollector, training_starts
+    from r2v_train.rl.run import source_chain, source_model
+
+    chain = source_chain(source)
+    model_dir = source_model(source)
+    model, tok = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    tasks = collect.load_split(source / "split")["used"]["train"]
+    starts = [s for s in training_starts(tasks, 2, 10_000, 0) for _ in range(2)]
+    collector = GroupCollector(chain.env.env_id, {**chain.env.env_kwargs, "perturbations": "composite"}, 6,
+                               workers=0, k=3)
+    try:
+        episodes = collector.play(model, tok, starts, [0, 1, 0, 1], step=0)
+    finally:
+        collector.close()
+    steps = [st for e in episodes for st in e.steps]
+    assert steps and all(parse_completion(tok.decode(st.completion_ids, skip_special_tokens=True)) == st.action
+                         for st in steps)
+    assert all(st.completion_ids[-1] == tok.eos_token_id for st in steps)
+    grounded = [st for st in steps if not st.sampled]
+    assert grounded, "the tiny SLM's samples are rarely admissible: some rows must have been grounded"
+    assert all(st.logprobs == [] for st in grounded)
+    assert all(len(st.logprobs) == len(st.completion_ids) for st in steps if st.sampled)
+
+
+def test_without_the_router_stages_the_slm_alone_is_evaluated(rl_run, source, tmp_path):
+    """``--no-router`` skips the router stages, so the evaluation must not read router rows that were never made."""
+    from r2v_train.rl.config import RLConfig
+    from r2v_train.rl.run import run_rl
+
+    out = tmp_path / "no-router"
+    shutil.copytree(rl_run[0], out, symlinks=True)
+    for stage in ("router_data", "router", "eval"):
+        shutil.rmtree(out / stage)
+    summary = run_rl(RLConfig(**SMALL_RL, router=False), source, out, stages=("evaluate",))
+    assert not (out / "router").exists()
+    assert {m for methods in summary["test"].values() for m in methods} == {"slm"}
