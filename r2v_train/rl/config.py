@@ -49,6 +49,11 @@ class RLConfig:
     picked candidate's tokens (off-policy: the episodes are the ones the deployed agent would play)"""
     scale_rewards: str = "group"
     """advantage scaling: group (divide by the group's reward std, GRPO) or none (Dr. GRPO)"""
+    negative_weight: float = 1.0
+    """scale of the negative advantages (episodes below their group's mean): 1 is GRPO; 0 trains only on the
+    episodes that beat their group (positive-only); above 1 weights the failures' steps more (a pushed-down
+    action gives its mass to the others in proportion to theirs, so the candidates the verifier ranks stay
+    diverse)"""
     reward: str = "success"
     """episode reward: success (1 if won), success_return (won + 0.5 x return / max score), or a TRL reward
     function "module:function" receiving the episode columns (r2v_train.rl.rewards)"""
@@ -88,6 +93,8 @@ class RLConfig:
             raise UnknownChoiceError("reward", self.reward, [*REWARDS, "module:function"])
         if self.scale_rewards not in SCALES:
             raise UnknownChoiceError("reward scaling", self.scale_rewards, SCALES)
+        if not self.negative_weight >= 0:
+            raise ValueError(f"negative_weight must be >= 0, got {self.negative_weight}")
         for name in ("max_steps", "starts_per_step", "group_size", "micro_batches", "eval_every", "rollout_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -121,7 +121,8 @@ def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str
         gradient_checkpointing=use_checkpointing(None, model))
     trainer = EpisodeGRPOTrainer(model=model, reward_funcs=[resolve_reward(cfg.reward)], args=args,
                                  train_dataset=dataset, processing_class=tok, callbacks=[curve],
-                                 collector=collector, scale_rewards=cfg.scale_rewards)
+                                 collector=collector, scale_rewards=cfg.scale_rewards,
+                                 negative_weight=cfg.negative_weight)
     curve.trainer = trainer
     last = last_complete_checkpoint(args.output_dir)
     if last is None:  # the starting SLM: the curve's first point

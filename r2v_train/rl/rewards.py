@@ -17,6 +17,8 @@ Example:
     [1.5, -0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0]
     >>> [round(a, 3) for a in group_advantages([1.0, 0.0, float("nan"), 0.0], 4, scale="none")]
     [0.667, -0.333, 0.0, -0.333]
+    >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 0.0], 4, negative_weight=0.0)]
+    [1.5, 0.0, 0.0, 0.0]
 """
 
 from __future__ import annotations
@@ -69,10 +71,12 @@ def resolve_reward(name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "group") -> list[float]:
+def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "group",
+                     negative_weight: float = 1.0) -> list[float]:
     """(reward - its group's mean) [/ (the group's std + 1e-4)] for consecutive groups of ``group_size``, as TRL's
     GRPO computes them (sample std; NaN rewards are left out of the group's statistics and get advantage 0).
-    A group whose episodes all got the same reward teaches nothing: its advantages are 0."""
+    A group whose episodes all got the same reward teaches nothing: its advantages are 0. Negative advantages are
+    multiplied by ``negative_weight`` (1: GRPO; 0: only the episodes that beat their group's mean are trained)."""
     if scale not in ("group", "none"):
         raise UnknownChoiceError("reward scaling", scale, ("group", "none"))
     r = np.asarray(rewards, dtype=np.float64)
@@ -89,5 +93,6 @@ def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "gr
         if scale == "group":
             std = block[ok].std(ddof=1) if ok.sum() > 1 else 0.0
             adv = adv / (std + 1e-4)
+        adv = np.where(adv < 0, adv * negative_weight, adv) + 0.0  # + 0.0: no -0.0 from a weight of 0
         out[g:g + group_size] = np.where(ok, adv, 0.0)
     return [float(a) for a in out]

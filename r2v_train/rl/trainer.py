@@ -12,7 +12,8 @@ times by TRL's sampler (:class:`r2v_train.rl.rollouts.Start` prompts ``task@z``)
 2. scores each *episode* with TRL's reward functions (``_calculate_rewards``; columns: success, return, ...);
 3. turns rewards into group-relative advantages over the episodes of a start
    (:func:`r2v_train.rl.rewards.group_advantages`), and
-4. expands each episode into its steps: row = (that step's prompt ids, the sampled action's ids), advantage = the
+4. expands each episode into its steps: row = (that step's prompt ids, the executed action's ids: the sample, or
+   the admissible action grounding played instead, :class:`~r2v_train.rl.rollouts.ExecutedTokens`), advantage = the
    episode's, divided by its length over the batch's mean length (each episode weighs the same, so a group's rows
    sum to zero as its episodes' advantages do). The env's return credits every step of the episode, and the
    baseline is the same start's other episodes: like compared with like.
@@ -39,17 +40,19 @@ class EpisodeGRPOTrainer(GRPOTrainer):
     Args:
         collector: plays the episodes.
         scale_rewards: ``group`` (GRPO) or ``none`` (Dr. GRPO) for the episode advantages.
+        negative_weight: factor on the negative advantages (1: GRPO, 0: positive-only).
         *args, **kwargs: ``GRPOTrainer``'s (``model``, ``reward_funcs``, ``args``, ``train_dataset``,
             ``processing_class``, ``callbacks``).
     """
 
-    def __init__(self, *args: Any, collector: GroupCollector, scale_rewards: str = "group", **kwargs: Any):
+    def __init__(self, *args: Any, collector: GroupCollector, scale_rewards: str = "group",
+                 negative_weight: float = 1.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         if self.args.gradient_accumulation_steps != self.args.steps_per_generation or self.num_iterations != 1:
             # on-policy: every micro-batch of a step sees the weights its episodes were sampled with
             raise ValueError("EpisodeGRPOTrainer needs steps_per_generation == gradient_accumulation_steps and "
                              "num_iterations == 1")
-        self.collector, self.episode_scale = collector, scale_rewards
+        self.collector, self.episode_scale, self.negative_weight = collector, scale_rewards, negative_weight
         self.last_episodes: list[PlayedEpisode] = []
         self.last_rollout_s = 0.0
         self.last_rows = 0
@@ -79,7 +82,7 @@ class EpisodeGRPOTrainer(GRPOTrainer):
         unscorable = torch.isnan(per_func).all(dim=1)
         rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         rewards[unscorable] = float("nan")
-        advantages = group_advantages(rewards.tolist(), g, self.episode_scale)
+        advantages = group_advantages(rewards.tolist(), g, self.episode_scale, self.negative_weight)
 
         batch = self._rows(episodes, advantages, device)
         self._log_episodes(episodes, rewards, g)
