@@ -85,8 +85,26 @@ class EpisodeGRPOTrainer(GRPOTrainer):
         advantages = group_advantages(rewards.tolist(), g, self.episode_scale, self.negative_weight)
 
         batch = self._rows(episodes, advantages, device)
+        if self.beta != 0.0:  # TRL's loss reads the reference log-probs of the KL term from the batch
+            batch["ref_per_token_logps"] = self._reference_logps(batch)
         self._log_episodes(episodes, rewards, g)
         return batch
+
+    def _reference_logps(self, batch: dict[str, Any]) -> Any:
+        """Per-token log-probs of the rows' completions under the starting SLM, as TRL computes them for ``beta > 0``
+        (its reference model, or the base weights under a PEFT adapter)."""
+        import torch
+        from trl.trainer.utils import use_adapter
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep, size = batch["completion_ids"].size(1), self.args.per_device_train_batch_size
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep, batch_size=size)[0]
+            model = self.accelerator.unwrap_model(self.model)
+            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=size)[0]
 
     def _rows(self, episodes: Sequence[PlayedEpisode], advantages: Sequence[float], device: Any) -> dict[str, Any]:
         import torch

@@ -220,3 +220,15 @@ def test_without_the_router_stages_the_slm_alone_is_evaluated(rl_run, source, tm
     summary = run_rl(RLConfig(**SMALL_RL, router=False), source, out, stages=("evaluate",))
     assert not (out / "router").exists()
     assert {m for methods in summary["test"].values() for m in methods} == {"slm"}
+
+
+def test_a_kl_term_to_the_starting_slm_trains(source, tmp_path):
+    """``--beta > 0``: TRL's loss adds the KL term to the starting SLM, whose log-probs the episode rows carry."""
+    from r2v_train.rl.config import RLConfig
+    from r2v_train.rl.run import run_rl
+
+    out = tmp_path / "kl"
+    run_rl(RLConfig(**{**SMALL_RL, "max_steps": 1, "beta": 0.1, "eval_every": 5}), source, out, stages=("rl",))
+    state = json.loads((out / "rl" / "checkpoints" / "checkpoint-1" / "trainer_state.json").read_text())
+    logged = [row for row in state["log_history"] if "kl" in row]
+    assert logged and all(row["kl"] == row["kl"] for row in logged)  # logged, and not NaN
