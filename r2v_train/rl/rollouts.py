@@ -35,6 +35,7 @@ from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
+from r2v_agents.likelihood import end_token_id
 from r2v_agents.prompts import action_style, format_completion, parse_completion
 from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
@@ -192,7 +193,7 @@ class ExecutedTokens:
     The chain's SLM grounds a sample in the visible admissible actions (``admissible="snap"``): a sampled
     "go south" where only "go north" is admissible is played as "go north". The episode's return is the return of
     what was played, so a row trains the played action's tokens (:func:`r2v_agents.prompts.format_completion`, then
-    EOS, as BC wrote them). Training the raw sample instead reinforced strings the env never saw: measured on the
+    the reply's end token, :func:`r2v_agents.likelihood.end_token_id`, as BC wrote them). Training the raw sample instead reinforced strings the env never saw: measured on the
     default run's SLM, 40% of the steps of a training batch were grounded to another action (k = 1 and k = 5 alike)
     and every RL run drifted away from admissible actions."""
 
@@ -206,7 +207,7 @@ class ExecutedTokens:
             return None
         ids = self.tokenizer(format_completion(action, self.tokenizer, self.style),
                              add_special_tokens=False)["input_ids"]
-        return list(ids) + [self.tokenizer.eos_token_id]
+        return list(ids) + [end_token_id(self.tokenizer)]
 
 
 def _played(record: dict[str, Any], info: dict[str, Any], start: Start, replica: int,
@@ -217,9 +218,9 @@ def _played(record: dict[str, Any], info: dict[str, Any], start: Start, replica:
         if s.get("completion_ids") is None:
             continue
         executed = ground(s["completion_ids"], s["action"])
-        steps.append(StepSample(list(s["prompt_ids"]), list(s["completion_ids"]), list(s["completion_logprobs"]),
-                                s["action"]) if executed is None else
-                     StepSample(list(s["prompt_ids"]), executed, [], s["action"], sampled=False))
+        sampled = executed is None
+        steps.append(StepSample(list(s["prompt_ids"]), list(s["completion_ids"]) if sampled else executed,
+                                list(s["completion_logprobs"]) if sampled else [], s["action"], sampled))
     max_score = info.get("max_score")
     return PlayedEpisode(start, replica, bool(ep["success"]), float(ep["return"]),
                          None if max_score is None else float(max_score), steps, ep.get("error"))
