@@ -8,6 +8,10 @@ Example:
     Traceback (most recent call last):
     ...
     r2v_envs.errors.UnknownChoiceError: unknown reward 'score' (valid: success, success_return, module:function)
+    >>> RLConfig(negative_weight=0, positive_weight=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: negative_weight and positive_weight are both 0: no episode would be trained
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from r2v_envs.errors import UnknownChoiceError
 
 REWARDS = ("success", "success_return")
 SCALES = ("group", "none")
+CREDITS = ("episode", "tree")
 
 
 @dataclass
@@ -54,6 +59,15 @@ class RLConfig:
     episodes that beat their group (positive-only); above 1 weights the failures' steps more (a pushed-down
     action gives its mass to the others in proportion to theirs, so the candidates the verifier ranks stay
     diverse)"""
+    positive_weight: float = 1.0
+    """scale of the positive advantages (episodes above their group's mean): 1 is GRPO; 0 trains only on the
+    failures, pushing their actions down (negative-sample reinforcement: the mass moves to the other actions in
+    proportion to theirs, so the policy keeps the spread that K candidates + a verifier need)"""
+    credit: str = "episode"
+    """how an episode's reward reaches its steps: episode (GRPO: every step gets the episode's group-relative
+    advantage) or tree (the group's episodes share a start, so those that share a prefix of actions passed through
+    the same states: a step gets the mean reward of the branch it took minus that of the node it left, and only
+    steps where the group's episodes parted get credit; r2v_train.rl.rewards.tree_advantages)"""
     reward: str = "success"
     """episode reward: success (1 if won), success_return (won + 0.5 x return / max score), or a TRL reward
     function "module:function" receiving the episode columns (r2v_train.rl.rewards)"""
@@ -91,10 +105,15 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.reward not in REWARDS and ":" not in self.reward:
             raise UnknownChoiceError("reward", self.reward, [*REWARDS, "module:function"])
+        if self.credit not in CREDITS:
+            raise UnknownChoiceError("credit", self.credit, CREDITS)
         if self.scale_rewards not in SCALES:
             raise UnknownChoiceError("reward scaling", self.scale_rewards, SCALES)
-        if not self.negative_weight >= 0:
-            raise ValueError(f"negative_weight must be >= 0, got {self.negative_weight}")
+        for name in ("negative_weight", "positive_weight"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.negative_weight == 0 and self.positive_weight == 0:
+            raise ValueError("negative_weight and positive_weight are both 0: no episode would be trained")
         for name in ("max_steps", "starts_per_step", "group_size", "micro_batches", "eval_every", "rollout_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -122,7 +122,8 @@ def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str
     trainer = EpisodeGRPOTrainer(model=model, reward_funcs=[resolve_reward(cfg.reward)], args=args,
                                  train_dataset=dataset, processing_class=tok, callbacks=[curve],
                                  collector=collector, scale_rewards=cfg.scale_rewards,
-                                 negative_weight=cfg.negative_weight)
+                                 negative_weight=cfg.negative_weight,
+                                 positive_weight=cfg.positive_weight, credit=cfg.credit)
     curve.trainer = trainer
     last = last_complete_checkpoint(args.output_dir)
     if last is None:  # the starting SLM: the curve's first point

@@ -19,6 +19,11 @@ Example:
     [0.667, -0.333, 0.0, -0.333]
     >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 0.0], 4, negative_weight=0.0)]
     [1.5, 0.0, 0.0, 0.0]
+    >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 0.0], 4, positive_weight=0.0)]
+    [0.0, -0.5, -0.5, -0.5]
+    >>> paths = [["open door", "go east"], ["open door", "go west"], ["look", "go east"], ["open door", "go east"]]
+    >>> [[round(a, 3) for a in ep] for ep in tree_advantages(paths, [1.0, 0.0, 0.0, 1.0], 4, scale="none")]
+    [[0.167, 0.333], [0.167, -0.667], [-0.5, 0.0], [0.167, 0.333]]
 """
 
 from __future__ import annotations
@@ -72,11 +77,13 @@ def resolve_reward(name: str) -> Any:
 
 
 def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "group",
-                     negative_weight: float = 1.0) -> list[float]:
+                     negative_weight: float = 1.0, positive_weight: float = 1.0) -> list[float]:
     """(reward - its group's mean) [/ (the group's std + 1e-4)] for consecutive groups of ``group_size``, as TRL's
     GRPO computes them (sample std; NaN rewards are left out of the group's statistics and get advantage 0).
     A group whose episodes all got the same reward teaches nothing: its advantages are 0. Negative advantages are
-    multiplied by ``negative_weight`` (1: GRPO; 0: only the episodes that beat their group's mean are trained)."""
+    multiplied by ``negative_weight`` (1: GRPO; 0: only the episodes that beat their group's mean are trained) and
+    positive ones by ``positive_weight`` (0: only the episodes below their group's mean are trained, pushed down:
+    negative-sample reinforcement, which keeps the policy's spread)."""
     if scale not in ("group", "none"):
         raise UnknownChoiceError("reward scaling", scale, ("group", "none"))
     r = np.asarray(rewards, dtype=np.float64)
@@ -93,6 +100,49 @@ def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "gr
         if scale == "group":
             std = block[ok].std(ddof=1) if ok.sum() > 1 else 0.0
             adv = adv / (std + 1e-4)
-        adv = np.where(adv < 0, adv * negative_weight, adv) + 0.0  # + 0.0: no -0.0 from a weight of 0
+        adv = np.where(adv < 0, adv * negative_weight, adv * positive_weight) + 0.0  # + 0.0: no -0.0 from a 0
         out[g:g + group_size] = np.where(ok, adv, 0.0)
     return [float(a) for a in out]
+
+
+def tree_advantages(paths: Sequence[Sequence[str]], rewards: Sequence[float], group_size: int, scale: str = "group",
+                    negative_weight: float = 1.0, positive_weight: float = 1.0) -> list[list[float]]:
+    """Per-step advantages from the tree a group's episodes make: step t of an episode is credited with
+    V(its first t + 1 actions) - V(its first t actions), V(prefix) being the mean reward of the group's episodes
+    that began with that prefix.
+
+    A group's episodes start from the same state (same task, same perturbation seed z) and the env is a function
+    of the actions played, so episodes that share a prefix of actions passed through the same states: the prefixes
+    are the nodes of a search tree. Only a step where the group's episodes took different actions gets credit (the
+    difference between the mean reward of the branch it took and of the node it left); a step every episode
+    through the node also took, or one an episode took alone after it parted from the others, gets 0. GRPO's
+    episode credit instead gives every step of a won episode the same push, the needless and the harmful ones
+    included. The credits of a node's episodes sum to 0. ``scale`` divides by the group's reward std as
+    :func:`group_advantages` does; episodes with a NaN reward get 0 and count nowhere; the weights scale the
+    negative and the positive credits."""
+    if scale not in ("group", "none"):
+        raise UnknownChoiceError("reward scaling", scale, ("group", "none"))
+    if len(paths) != len(rewards):
+        raise ValueError(f"{len(paths)} episodes but {len(rewards)} rewards")
+    if len(rewards) % group_size:
+        raise ValueError(f"{len(rewards)} rewards do not make groups of {group_size}")
+    out: list[list[float]] = [[0.0] * len(p) for p in paths]
+    for g in range(0, len(rewards), group_size):
+        members = [i for i in range(g, g + group_size) if not np.isnan(rewards[i])]
+        if len(members) < 2:
+            continue
+        totals: dict[tuple[str, ...], list[float]] = {}
+        for i in members:
+            for t in range(len(paths[i]) + 1):
+                acc = totals.setdefault(tuple(paths[i][:t]), [0.0, 0.0])
+                acc[0] += float(rewards[i])
+                acc[1] += 1.0
+        std = float(np.std([rewards[i] for i in members], ddof=1)) if scale == "group" else 0.0
+        div = std + 1e-4 if scale == "group" else 1.0
+        for i in members:
+            value = [totals[tuple(paths[i][:t])][0] / totals[tuple(paths[i][:t])][1] for t in range(len(paths[i]) + 1)]
+            for t in range(len(paths[i])):
+                a = (value[t + 1] - value[t]) / div
+                a = 0.0 if abs(a) < 1e-9 else a  # a node's sums in floating point: a step no branch parts at is 0
+                out[i][t] = (a * negative_weight if a < 0 else a * positive_weight) + 0.0
+    return out

@@ -16,7 +16,9 @@ times by TRL's sampler (:class:`r2v_train.rl.rollouts.Start` prompts ``task@z``)
    the admissible action grounding played instead, :class:`~r2v_train.rl.rollouts.ExecutedTokens`), advantage = the
    episode's, divided by its length over the batch's mean length (each episode weighs the same, so a group's rows
    sum to zero as its episodes' advantages do). The env's return credits every step of the episode, and the
-   baseline is the same start's other episodes: like compared with like.
+   baseline is the same start's other episodes: like compared with like. With ``credit="tree"`` a step's advantage
+   is instead the value of the branch it took minus that of the state it left, in the tree of the group's shared
+   action prefixes (:func:`r2v_train.rl.rewards.tree_advantages`).
 
 The number of rows varies with episode lengths; TRL splits a generation batch into ``steps_per_generation`` equal
 micro-batches and drops a remainder, so the rows are padded to a multiple with copies whose loss mask is zero.
@@ -30,7 +32,7 @@ from typing import Any
 
 from trl import GRPOTrainer
 
-from r2v_train.rl.rewards import group_advantages
+from r2v_train.rl.rewards import group_advantages, tree_advantages
 from r2v_train.rl.rollouts import GroupCollector, PlayedEpisode, Start
 
 
@@ -41,18 +43,24 @@ class EpisodeGRPOTrainer(GRPOTrainer):
         collector: plays the episodes.
         scale_rewards: ``group`` (GRPO) or ``none`` (Dr. GRPO) for the episode advantages.
         negative_weight: factor on the negative advantages (1: GRPO, 0: positive-only).
+        positive_weight: factor on the positive advantages (1: GRPO, 0: negative-only).
+        credit: ``episode`` (every step gets its episode's advantage) or ``tree`` (a step gets the value of the branch
+            it took minus that of the node it left in the tree of the group's shared action prefixes,
+            :func:`r2v_train.rl.rewards.tree_advantages`).
         *args, **kwargs: ``GRPOTrainer``'s (``model``, ``reward_funcs``, ``args``, ``train_dataset``,
             ``processing_class``, ``callbacks``).
     """
 
     def __init__(self, *args: Any, collector: GroupCollector, scale_rewards: str = "group",
-                 negative_weight: float = 1.0, **kwargs: Any):
+                 negative_weight: float = 1.0, positive_weight: float = 1.0, credit: str = "episode",
+                 **kwargs: Any):
         super().__init__(*args, **kwargs)
         if self.args.gradient_accumulation_steps != self.args.steps_per_generation or self.num_iterations != 1:
             # on-policy: every micro-batch of a step sees the weights its episodes were sampled with
             raise ValueError("EpisodeGRPOTrainer needs steps_per_generation == gradient_accumulation_steps and "
                              "num_iterations == 1")
-        self.collector, self.episode_scale, self.negative_weight = collector, scale_rewards, negative_weight
+        self.collector, self.episode_scale = collector, scale_rewards
+        self.negative_weight, self.positive_weight, self.credit = negative_weight, positive_weight, credit
         self.last_episodes: list[PlayedEpisode] = []
         self.last_rollout_s = 0.0
         self.last_rows = 0
@@ -82,9 +90,15 @@ class EpisodeGRPOTrainer(GRPOTrainer):
         unscorable = torch.isnan(per_func).all(dim=1)
         rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         rewards[unscorable] = float("nan")
-        advantages = group_advantages(rewards.tolist(), g, self.episode_scale, self.negative_weight)
+        if self.credit == "tree":
+            per_step = tree_advantages([[st.action for st in e.steps] for e in episodes], rewards.tolist(), g,
+                                       self.episode_scale, self.negative_weight, self.positive_weight)
+        else:
+            advantages = group_advantages(rewards.tolist(), g, self.episode_scale, self.negative_weight,
+                                          self.positive_weight)
+            per_step = episode_credit(episodes, advantages)
 
-        batch = self._rows(episodes, advantages, device)
+        batch = self._rows(episodes, per_step, device)
         if self.beta != 0.0:  # TRL's loss reads the reference log-probs of the KL term from the batch
             batch["ref_per_token_logps"] = self._reference_logps(batch)
         self._log_episodes(episodes, rewards, g)
@@ -106,21 +120,17 @@ class EpisodeGRPOTrainer(GRPOTrainer):
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
                 return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=size)[0]
 
-    def _rows(self, episodes: Sequence[PlayedEpisode], advantages: Sequence[float], device: Any) -> dict[str, Any]:
+    def _rows(self, episodes: Sequence[PlayedEpisode], per_step: Sequence[Sequence[float]],
+              device: Any) -> dict[str, Any]:
         import torch
         from trl.trainer.utils import pad
 
-        # Every episode weighs the same whatever its length: a step's advantage is its episode's scaled by
-        # (mean episode length / this episode's length). Unscaled, a group's long failed episodes (they run to the
-        # step cap) outnumber its short won ones row for row, so the batch's rows sum to a large negative advantage
-        # and the update pushes down whatever the model does, its good actions included.
-        # A step whose advantage is 0 (its start's episodes all got the same reward) adds nothing to the gradient
-        # but its forward and backward passes: it is left out, as DAPO's dynamic sampling leaves such groups out.
-        lengths = [sum(1 for st in e.steps if st.completion_ids) for e in episodes]
-        mean_len = sum(lengths) / max(sum(1 for n in lengths if n), 1)
-        rows = [(st.prompt_ids, st.completion_ids, adv * mean_len / n, 1)
-                for e, adv, n in zip(episodes, advantages, lengths) if adv != 0.0 and n
-                for st in e.steps if st.completion_ids]
+        # A step whose advantage is 0 (its start's episodes all got the same reward; under tree credit, a step where
+        # no branch parts) adds nothing to the gradient but its forward and backward passes: it is left out, as
+        # DAPO's dynamic sampling leaves such groups out.
+        rows = [(st.prompt_ids, st.completion_ids, adv, 1)
+                for e, advs in zip(episodes, per_step) for st, adv in zip(e.steps, advs)
+                if adv != 0.0 and st.completion_ids]
         if not rows:  # nothing to learn from this batch: one masked row keeps TRL's step well-formed
             e = next(e for e in episodes if any(st.completion_ids for st in e.steps))
             st = next(st for st in e.steps if st.completion_ids)
@@ -157,3 +167,15 @@ class EpisodeGRPOTrainer(GRPOTrainer):
         m["frac_reward_zero_std"].append(sum(flat) / len(flat))
         m["rows"].append(float(self.last_rows))
         m["rollout_s"].append(self.last_rollout_s)
+
+
+def episode_credit(episodes: Sequence[PlayedEpisode], advantages: Sequence[float]) -> list[list[float]]:
+    """GRPO's credit: every step of an episode gets the episode's advantage, scaled by (mean episode length / this
+    episode's length) so that every episode weighs the same whatever its length. Unscaled, a group's long failed
+    episodes (they run to the step cap) outnumber its short won ones row for row, so the batch's rows sum to a large
+    negative advantage and the update pushes down whatever the model does, its good actions included. Steps without
+    tokens (a fallback action) get 0."""
+    lengths = [sum(1 for st in e.steps if st.completion_ids) for e in episodes]
+    mean_len = sum(lengths) / max(sum(1 for n in lengths if n), 1)
+    return [[adv * mean_len / n if st.completion_ids else 0.0 for st in e.steps] if n else [0.0] * len(e.steps)
+            for e, adv, n in zip(episodes, advantages, lengths)]

@@ -232,3 +232,53 @@ def test_a_kl_term_to_the_starting_slm_trains(source, tmp_path):
     state = json.loads((out / "rl" / "checkpoints" / "checkpoint-1" / "trainer_state.json").read_text())
     logged = [row for row in state["log_history"] if "kl" in row]
     assert logged and all(row["kl"] == row["kl"] for row in logged)  # logged, and not NaN
+
+
+def test_episodes_that_share_a_prefix_of_actions_share_the_state(source):
+    """Tree credit's premise: a group's episodes start from one (task, z), and the perturbed env is a function of
+    the actions played, so two episodes with the same first actions saw the same observations and action lists."""
+    import gymnasium as gym
+
+    from r2v_train.chain import collect
+    from r2v_train.rl.run import source_chain
+
+    chain = source_chain(source)
+    task = collect.load_split(source / "split")["used"]["train"][0]
+
+    def play(n: int) -> list[tuple[str, tuple[str, ...]]]:
+        env = gym.make(chain.env.env_id, seed=10_000, **{**chain.env.env_kwargs, "perturbations": "composite"})
+        try:
+            obs, info = env.reset(seed=10_000, options={"task_id": task, "episode_index": 0})
+            seen = [(obs, tuple(info["admissible_actions"]))]
+            for t in range(n):  # a fixed walk through the admissible actions
+                acts = sorted(info["admissible_actions"])
+                obs, _, term, trunc, info = env.step(acts[t % len(acts)])
+                seen.append((obs, tuple(info["admissible_actions"])))
+                if term or trunc:
+                    break
+            return seen
+        finally:
+            env.close()
+
+    first, second = play(4), play(4)
+    assert len(first) > 2 and first == second
+
+
+def test_tree_credit_trains_only_the_steps_where_a_group_parted(source, tmp_path):
+    """``credit="tree"``: the rows of a step are the group's steps whose branches differ in value; two steps (the
+    first at the warm-up's learning rate of 0) train and move the weights."""
+    from safetensors.torch import load_file
+
+    from r2v_train.rl.config import RLConfig
+    from r2v_train.rl.run import run_rl, source_model
+
+    out = tmp_path / "tree"
+    run_rl(RLConfig(**{**SMALL_RL, "credit": "tree", "eval_every": 5}), source, out, stages=("rl",))
+    state = json.loads((out / "rl" / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
+    rows = [row["rows"] for row in state["log_history"] if "rows" in row]
+    # groups of two: an episode parts from its partner once and is alone after that, so of a step's 2 x 2 episodes
+    # of 4 steps (16 steps, all trained under episode credit) at most 4 are rows
+    assert len(rows) == 2 and all(1 <= n <= 4 for n in rows)
+    before = load_file(os.path.join(source_model(source), "model.safetensors"))
+    after = load_file(str(out / "rl" / "model" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
