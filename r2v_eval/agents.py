@@ -13,7 +13,8 @@ Specs (:func:`build_agent`):
 * ``slm:RUN_DIR`` / ``r2v:RUN_DIR``: the distilled SLM alone, or the routed R2V agent (SLM + router + the run's
   teacher), from a ``r2v train`` / ``r2v pipeline`` run directory.
 * ``random`` / ``expert``: the reference floor and ceiling (:mod:`r2v_agents.reference`): a uniform admissible
-  action seeded per (``--agent-seed``, episode, step), and the env's expert action.
+  action seeded per (``--agent-seed``, episode, step), and the env's expert action. ``verifier``: the admissible
+  action the benchmark's verifier scores highest, no model (what an SLM-only agent must beat).
 
 The model agents themselves (``openai``, ``hf:``: prompts, grounding of replies, likelihood choice,
 infrastructure retries) are in :mod:`r2v_eval.model_agents`.
@@ -36,7 +37,7 @@ from typing import Any
 
 from r2v_agents.policy import BatchPolicy, as_policy
 from r2v_agents.prompts import parse_completion
-from r2v_agents.reference import ExpertAgent, RandomAgent
+from r2v_agents.reference import ExpertAgent, RandomAgent, VerifierAgent
 from r2v_agents.teachers import OpenAITeacherConfig
 from r2v_agents.workers import load_callable
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
@@ -67,7 +68,7 @@ class AgentOptions:
     shots: int = 0
     """expert demonstrations shown before each step (openai, hf:): train-split tasks of the same family"""
     agent_seed: int = 0
-    """seed of --agent random"""
+    """seed of --agent random and of --agent verifier's ties"""
     max_tokens: int | None = None
     """completion tokens per action (None: 24 for a command, 384 for code)"""
     temperature: float = 0.0
@@ -144,6 +145,8 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         return RandomAgent(opts.agent_seed), f"random:{opts.agent_seed}"
     if spec == "expert":
         return ExpertAgent(), "expert"
+    if spec == "verifier":
+        return VerifierAgent(opts.agent_seed), f"verifier:{opts.agent_seed}"
     if spec == "openai":
         if not opts.model:
             raise ValueError("--agent openai needs --model (the model name at the endpoint)")
@@ -169,7 +172,7 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         if isinstance(obj, type):
             obj = obj()
         return as_policy(obj, spec), spec
-    raise UnknownChoiceError("agent spec", spec, ("openai", "hf:PATH", "random", "expert", "slm:RUN_DIR",
+    raise UnknownChoiceError("agent spec", spec, ("openai", "hf:PATH", "random", "verifier", "expert", "slm:RUN_DIR",
                                                   "r2v:RUN_DIR", "module:callable"))
 
 

@@ -125,6 +125,20 @@ def test_random_agent_is_seeded_and_deterministic_and_expert_is_the_ceiling(tmp_
     assert expert["sr"] == 100.0 and expert["invalid_pct"] == 0.0
 
 
+def test_the_verifier_agent_plays_the_best_scored_admissible_action_deterministically(tmp_path):
+    """``--agent verifier``: no model; every step plays an admissible action and records its (the best) verifier
+    score and how many actions tied for it, and a rerun plays the same actions (ties are drawn seeded)."""
+    a = _eval(tmp_path / "v1", "verifier")
+    b = _eval(tmp_path / "v2", "verifier")
+    assert a == b and a["invalid_pct"] == 0.0
+    steps = _steps(tmp_path / "v1")
+    assert [s["action"] for s in steps] == [s["action"] for s in _steps(tmp_path / "v2")]
+    assert all(s["action"] in s["admissible_actions"] for s in steps)
+    meta = [json.loads(s["meta"]) for s in steps]
+    assert all(0.0 <= s["verifier_score"] <= 1.0 for s in steps)
+    assert all(1 <= m["ties"] <= m["choices"] == len(s["admissible_actions"]) for m, s in zip(meta, steps))
+
+
 def test_shots_show_train_expert_episodes_before_each_step(endpoint, tmp_path):
     import gymnasium as gym
 
