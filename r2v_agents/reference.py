@@ -29,9 +29,17 @@ from __future__ import annotations
 
 import random
 
+from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
 from r2v_agents.teachers import OracleTeacher
 from r2v_agents.verifiers import Verifier, verifier_for
+
+
+def step_rng(seed: int, ctx: Context) -> random.Random:
+    """The generator of one decision, seeded by (seed, episode id, step) alone: the draws depend on neither batching
+    nor worker count (a str seed hashes stably across processes)."""
+    episode = ctx.extra.get("episode_id", f"{ctx.task_id}@?")
+    return random.Random(f"{seed}:{episode}:{ctx.step}")
 
 
 class RandomAgent(BatchPolicy):
@@ -46,9 +54,7 @@ class RandomAgent(BatchPolicy):
         out = []
         for ctx in contexts:
             actions = list(ctx.admissible_actions or ())
-            episode = ctx.extra.get("episode_id", f"{ctx.task_id}@?")
-            rng = random.Random(f"{self.seed}:{episode}:{ctx.step}")  # str seeds hash stably across processes
-            out.append(Decision(action=rng.choice(actions) if actions else "", source="agent",
+            out.append(Decision(action=step_rng(self.seed, ctx).choice(actions) if actions else "", source="agent",
                                 meta={"choices": len(actions)}))
         return out
 
@@ -75,9 +81,7 @@ class VerifierAgent(BatchPolicy):
             scores = list(self._verifiers[ctx.benchmark].score_batch(ctx, actions))
             best = max(scores)
             ties = [a for a, v in zip(actions, scores) if v >= best - 1e-12]
-            episode = ctx.extra.get("episode_id", f"{ctx.task_id}@?")
-            rng = random.Random(f"{self.seed}:{episode}:{ctx.step}")
-            out.append(Decision(action=rng.choice(ties), source="agent", verifier_score=float(best),
+            out.append(Decision(action=step_rng(self.seed, ctx).choice(ties), source="agent", verifier_score=float(best),
                                 meta={"choices": len(actions), "ties": len(ties)}))
         return out
 

@@ -84,11 +84,8 @@ def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "gr
     multiplied by ``negative_weight`` (1: GRPO; 0: only the episodes that beat their group's mean are trained) and
     positive ones by ``positive_weight`` (0: only the episodes below their group's mean are trained, pushed down:
     negative-sample reinforcement, which keeps the policy's spread)."""
-    if scale not in ("group", "none"):
-        raise UnknownChoiceError("reward scaling", scale, ("group", "none"))
+    _check_groups(len(rewards), group_size, scale)
     r = np.asarray(rewards, dtype=np.float64)
-    if len(r) % group_size:
-        raise ValueError(f"{len(r)} rewards do not make groups of {group_size}")
     out = np.zeros_like(r)
     for g in range(0, len(r), group_size):
         block = r[g:g + group_size]
@@ -100,8 +97,7 @@ def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "gr
         if scale == "group":
             std = block[ok].std(ddof=1) if ok.sum() > 1 else 0.0
             adv = adv / (std + 1e-4)
-        adv = np.where(adv < 0, adv * negative_weight, adv * positive_weight) + 0.0  # + 0.0: no -0.0 from a 0
-        out[g:g + group_size] = np.where(ok, adv, 0.0)
+        out[g:g + group_size] = np.where(ok, _weigh(adv, negative_weight, positive_weight), 0.0)
     return [float(a) for a in out]
 
 
@@ -120,12 +116,9 @@ def tree_advantages(paths: Sequence[Sequence[str]], rewards: Sequence[float], gr
     included. The credits of a node's episodes sum to 0. ``scale`` divides by the group's reward std as
     :func:`group_advantages` does; episodes with a NaN reward get 0 and count nowhere; the weights scale the
     negative and the positive credits."""
-    if scale not in ("group", "none"):
-        raise UnknownChoiceError("reward scaling", scale, ("group", "none"))
     if len(paths) != len(rewards):
         raise ValueError(f"{len(paths)} episodes but {len(rewards)} rewards")
-    if len(rewards) % group_size:
-        raise ValueError(f"{len(rewards)} rewards do not make groups of {group_size}")
+    _check_groups(len(rewards), group_size, scale)
     out: list[list[float]] = [[0.0] * len(p) for p in paths]
     for g in range(0, len(rewards), group_size):
         members = [i for i in range(g, g + group_size) if not np.isnan(rewards[i])]
@@ -140,9 +133,21 @@ def tree_advantages(paths: Sequence[Sequence[str]], rewards: Sequence[float], gr
         std = float(np.std([rewards[i] for i in members], ddof=1)) if scale == "group" else 0.0
         div = std + 1e-4 if scale == "group" else 1.0
         for i in members:
-            value = [totals[tuple(paths[i][:t])][0] / totals[tuple(paths[i][:t])][1] for t in range(len(paths[i]) + 1)]
-            for t in range(len(paths[i])):
-                a = (value[t + 1] - value[t]) / div
-                a = 0.0 if abs(a) < 1e-9 else a  # a node's sums in floating point: a step no branch parts at is 0
-                out[i][t] = (a * negative_weight if a < 0 else a * positive_weight) + 0.0
+            value = np.array([total / n for total, n in (totals[tuple(paths[i][:t])]
+                                                         for t in range(len(paths[i]) + 1))])
+            credit = np.diff(value) / div
+            credit[np.abs(credit) < 1e-9] = 0.0  # a node's sums in floating point: a step no branch parts at is 0
+            out[i] = [float(a) for a in _weigh(credit, negative_weight, positive_weight)]
     return out
+
+
+def _check_groups(n: int, group_size: int, scale: str) -> None:
+    if scale not in ("group", "none"):
+        raise UnknownChoiceError("reward scaling", scale, ("group", "none"))
+    if n % group_size:
+        raise ValueError(f"{n} rewards do not make groups of {group_size}")
+
+
+def _weigh(adv: np.ndarray, negative_weight: float, positive_weight: float) -> np.ndarray:
+    """Negative advantages times ``negative_weight``, positive ones times ``positive_weight``."""
+    return np.where(adv < 0, adv * negative_weight, adv * positive_weight) + 0.0  # + 0.0: no -0.0 from a 0
