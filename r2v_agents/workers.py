@@ -17,6 +17,7 @@ from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
+from r2v_envs.forkserver import env_context
 
 
 def _is_plain_json(v: Any) -> bool:
@@ -218,29 +219,6 @@ class WorkerPool:
 atexit.register(WorkerPool.close_all)
 
 
-# Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
-ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld"),
-                  "R2V/BabyAI-v0": ("minigrid",)}
-
-
 def worker_context(cfg: RunConfig):
-    """A ``forkserver`` context whose server has imported the env's modules once: a worker then starts in
-    milliseconds instead of re-importing TextWorld (~1 s each), and never inherits the main process's threads
-    (torch, tokenizers) as a plain fork would. Falls back to ``spawn`` where forkserver is unavailable."""
-    import multiprocessing as mp
-
-    import gymnasium as gym
-
-    try:
-        ctx = mp.get_context("forkserver")
-    except ValueError:  # pragma: no cover - e.g. Windows
-        return mp.get_context("spawn")
-    # Gymnasium's "module:Id" form (a user's own env, r2v_envs.adapter): the module registers the id, so the fork
-    # server imports it too (the runner has imported it here already)
-    module, _, env_id = cfg.env_id.rpartition(":")
-    entry = gym.spec(env_id).entry_point
-    modules = ["r2v_envs", *([module] if module else []), *ENGINE_PRELOAD.get(cfg.env_id, ()), *cfg.imports]
-    if isinstance(entry, str):
-        modules.insert(1, entry.split(":")[0])
-    ctx.set_forkserver_preload(modules)  # only takes effect when the fork server first starts
-    return ctx
+    """The runner's worker context: :func:`r2v_envs.forkserver.env_context` for the run's env and imports."""
+    return env_context(cfg.env_id, cfg.imports)

@@ -40,11 +40,15 @@ from r2v_agents.prompts import parse_completion
 from r2v_agents.reference import ExpertAgent, RandomAgent, VerifierAgent
 from r2v_agents.teachers import OpenAITeacherConfig
 from r2v_agents.workers import load_callable
-from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_envs.errors import BackendUnavailableError, R2VError, UnknownChoiceError
 from r2v_eval.model_agents import CHOICES, LINE_TOKENS, HFChatAgent, OpenAIChatAgent, ReplyReader
 
 PARSERS = ("first-line", "last-line", "regex:PATTERN", "module:callable")
 GROUNDING_MODES = ("on", "off")
+
+
+class AgentSpecError(R2VError, ValueError):
+    """An ``--agent`` spec (or its options) that names no agent r2v can build."""
 
 
 @dataclass
@@ -139,7 +143,7 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
     opts = options or AgentOptions()
     reader = ReplyReader(grounding=opts.grounding == "on", parser=make_parser(opts.parser) if opts.parser else None)
     if opts.choose == "likelihood" and not spec.startswith("hf:"):
-        raise ValueError("--choose likelihood scores actions with a local model's log-probabilities: use an hf: "
+        raise AgentSpecError("--choose likelihood scores actions with a local model's log-probabilities: use an hf: "
                          "agent (an endpoint does not return the log-probability of a given text)")
     if spec == "random":
         return RandomAgent(opts.agent_seed), f"random:{opts.agent_seed}"
@@ -149,7 +153,7 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         return VerifierAgent(opts.agent_seed), f"verifier:{opts.agent_seed}"
     if spec == "openai":
         if not opts.model:
-            raise ValueError("--agent openai needs --model (the model name at the endpoint)")
+            raise AgentSpecError("--agent openai needs --model (the model name at the endpoint)")
         cfg = OpenAITeacherConfig(model=opts.model, base_url=opts.base_url, api_key_env=opts.api_key_env,
                                   timeout_s=opts.timeout_s, max_retries=opts.max_retries, backoff_s=opts.backoff_s,
                                   max_backoff_s=opts.max_backoff_s, budget=opts.budget,
@@ -168,7 +172,11 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
     if arg and kind in plugin_agents():
         return plugin_agent(kind, arg), kind
     if ":" in spec:
-        obj = load_callable(spec)
+        try:
+            obj = load_callable(spec)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise AgentSpecError(f"--agent {spec!r} names no importable callable ({type(e).__name__}: {e}); a plugin "
+                                 f"kind is one of {sorted(plugin_agents())}") from e
         if isinstance(obj, type):
             obj = obj()
         return as_policy(obj, spec), spec

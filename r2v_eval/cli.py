@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import tyro
 
+from r2v_envs.exit_status import run_console
 from r2v_eval.agents import AgentOptions, agent_concurrency, build_agent
 from r2v_eval.demos import DemoBank
 from r2v_eval.grid import GridConfig, run_grid
@@ -157,4 +158,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_console(main, "python -m r2v_eval.cli"))

@@ -26,6 +26,7 @@ from typing import Any
 import tyro
 
 from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.exit_status import run_console
 from r2v_envs.serving import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.textworld.generate import cache_root, pregenerate
@@ -212,7 +213,8 @@ def chain_main(argv: Sequence[str], stages: Sequence[str] | None = None) -> dict
             pre = a.split("=", 1)[1]
     args = tyro.cli(ChainArgs, args=argv, default=ChainArgs(run_dir="", preset=pre, config=preset(pre)))
     if not args.run_dir:
-        raise SystemExit("--run-dir is required")
+        print("r2v: error: --run-dir is required", file=sys.stderr)
+        raise SystemExit(2)
     if args.env_kwargs:
         args.config.env.env_kwargs = json.loads(args.env_kwargs)
     only = tuple(args.only) or (tuple(stages) if stages else None)
@@ -286,7 +288,8 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Run one ``r2v`` subcommand; returns what it returns (for scripting and tests)."""
+    """Run one ``r2v`` subcommand; returns what it returns (for scripting and tests; :func:`console` is the
+    command line, whose exit status never depends on it)."""
     keep_freed_memory()  # CPU training and sampling reuse large blocks instead of page-faulting fresh ones
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in COMMANDS:
@@ -295,5 +298,11 @@ def main(argv: list[str] | None = None) -> Any:
     return COMMANDS[argv[0]].run(argv[1:])
 
 
+def console(argv: list[str] | None = None) -> int:
+    """The installed ``r2v`` script: 0 on success, 2 on a usage error, 1 on a failure (one typed line)."""
+    words = sys.argv[1:] if argv is None else argv
+    return run_console(main, f"r2v {words[0]}" if words else "r2v", argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(console())

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import tyro
 
+from r2v_envs.exit_status import run_console
 from r2v_envs.serving import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 
@@ -17,4 +20,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_console(main, "python -m r2v_envs.serving"))

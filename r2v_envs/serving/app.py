@@ -4,6 +4,8 @@ OpenEnv gives the protocol: ``POST /reset``, ``POST /step`` and ``GET /state`` (
 ``GET /schema``, ``GET /health``, ``GET /metadata`` and the session endpoint ``/ws`` (one env per WebSocket, run on a
 thread of its own; an idle session is reaped, a dropped connection frees its env). r2v adds:
 
+* the sessions' envs live in env worker processes (:mod:`r2v_envs.serving.pool`), never on the server's threads;
+
 * typed JSON errors on the HTTP endpoints (``{"error": {"kind", "message"}}``, 4xx for a bad request, never a bare
   500 page);
 * a bearer token on every endpoint but ``/health`` when one is set (``--token`` or ``$R2V_SERVE_TOKEN``);
@@ -34,6 +36,7 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.serving.environment import R2VEnvironment, SessionBook
 from r2v_envs.serving.errors import BadRequestError, EpisodeOverError, ResetNeededError, ServedError, SessionClosedError
+from r2v_envs.serving.pool import EnvWorkerPool
 from r2v_envs.serving.wire import TextAction, TextEnvState, TextObservation
 
 OPEN_PATHS = ("/health",)  # liveness probes need no token
@@ -62,12 +65,13 @@ class BearerAuth:
         return await response(scope, receive, send)
 
 
-def build_app(config: ServeConfig, book: SessionBook | None = None) -> FastAPI:
-    """OpenEnv's app for ``config.env`` (one :class:`R2VEnvironment` per session), with r2v's errors, token and
-    ``/r2v/sessions``. Raises :class:`BadRequestError` for bad ``--env-kwargs``."""
-    env_kwargs = config.kwargs()
+def build_app(config: ServeConfig, book: SessionBook | None = None, pool: EnvWorkerPool | None = None) -> FastAPI:
+    """OpenEnv's app for ``config.env`` (one :class:`R2VEnvironment` per session, its env in one of ``pool``'s
+    worker processes), with r2v's errors, token and ``/r2v/sessions``. Raises :class:`BadRequestError` for bad
+    ``--env-kwargs``. The caller closes ``pool`` (``app.state.r2v_pool``) when the server stops."""
     book = book or SessionBook()
-    factory = functools.partial(R2VEnvironment, config.env, env_kwargs, oracle=config.oracle, book=book)
+    pool = pool or open_pool(config)
+    factory = functools.partial(R2VEnvironment, pool, oracle=config.oracle, book=book)
     app = create_fastapi_app(
         factory, TextAction, TextObservation, env_name=config.env.replace("/", "-"), state_cls=TextEnvState,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=config.max_sessions,
@@ -88,19 +92,26 @@ def build_app(config: ServeConfig, book: SessionBook | None = None) -> FastAPI:
         return {"env_id": config.env, "max_sessions": config.max_sessions, "oracle": config.oracle,
                 **book.summary()}
 
-    app.state.r2v_book = book
+    app.state.r2v_book, app.state.r2v_pool = book, pool
     token = config.bearer_token()
     if token:
         app.add_middleware(BearerAuth, token=token)
     return app
 
 
-def check_env(config: ServeConfig) -> None:
-    """Build (and close) one env as a session would, so a bad id or argument fails before the server listens."""
+def open_pool(config: ServeConfig) -> EnvWorkerPool:
+    """The env worker processes of a server for ``config`` (started when the first env is opened)."""
     try:
-        gym.make(config.env, **config.kwargs()).close()
+        gym.spec(config.env)
     except gym.error.Error as e:  # an unregistered id
         raise BadRequestError(f"--env {config.env!r}: {e}") from None
+    return EnvWorkerPool(config.env, config.kwargs(), config.worker_count())
+
+
+def check_env(pool: EnvWorkerPool) -> None:
+    """Build (and close) one env as a session would, in a worker, so a bad id or argument fails before the server
+    listens (and the first worker is warm when the first client comes)."""
+    pool.open().close()
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -114,23 +125,31 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server(config: ServeConfig, book: SessionBook) -> uvicorn.Server:
-    app = build_app(config, book)
+def _server(config: ServeConfig, book: SessionBook, pool: EnvWorkerPool) -> uvicorn.Server:
+    app = build_app(config, book, pool)
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=int(config.max_message_mb * 2 ** 20),
                                          timeout_graceful_shutdown=5, lifespan="on"))
 
 
 def serve(config: ServeConfig) -> None:
     """Run the server in the foreground until interrupted; prints its URL on stderr once it listens."""
+    pool = open_pool(config)
+    try:
+        _serve(config, pool)
+    finally:
+        pool.close()
+
+
+def _serve(config: ServeConfig, pool: EnvWorkerPool) -> None:
     if config.check_env:
-        check_env(config)
+        check_env(pool)
     sock = _bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
-    server = _server(config, SessionBook())
+    server = _server(config, SessionBook(), pool)
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.bearer_token():
         print(f"r2v serve: warning: listening on {config.host} without a token", file=sys.stderr)
     print(f"r2v serve: {config.env} on http://{host}:{port} (sessions: ws://{host}:{port}/ws, at most "
-          f"{config.max_sessions})", file=sys.stderr, flush=True)
+          f"{config.max_sessions}, envs in {config.worker_count()} worker processes)", file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shuts down gracefully on Ctrl-C, then re-raises it: a clean stop
@@ -140,16 +159,18 @@ def serve(config: ServeConfig) -> None:
 
 @dataclass
 class RunningServer:
-    """A server on a background thread: ``url``, its :class:`SessionBook`, and :meth:`stop`."""
+    """A server on a background thread: ``url``, its :class:`SessionBook`, its env workers, and :meth:`stop`."""
 
     url: str
     book: SessionBook
     server: uvicorn.Server
     thread: threading.Thread
+    pool: EnvWorkerPool
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+        self.pool.close()
 
     def __enter__(self) -> RunningServer:
         return self
@@ -161,12 +182,17 @@ class RunningServer:
 def serve_in_thread(config: ServeConfig, timeout_s: float = 60.0) -> RunningServer:
     """Start the server on a free port (``config.port`` 0) or the given one, on a daemon thread; returns once it
     accepts connections."""
-    if config.check_env:
-        check_env(config)
-    sock = _bind(config.host, config.port)
+    pool = open_pool(config)
+    try:
+        if config.check_env:
+            check_env(pool)
+        sock = _bind(config.host, config.port)
+    except BaseException:
+        pool.close()
+        raise
     host, port = sock.getsockname()[:2]
     book = SessionBook()
-    server = _server(replace(config, port=port), book)
+    server = _server(replace(config, port=port), book, pool)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"r2v-serve-{port}")
     thread.start()
     deadline = time.monotonic() + timeout_s
@@ -174,4 +200,4 @@ def serve_in_thread(config: ServeConfig, timeout_s: float = 60.0) -> RunningServ
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"the server on port {port} did not start")
         time.sleep(0.01)
-    return RunningServer(url=f"http://{host}:{port}", book=book, server=server, thread=thread)
+    return RunningServer(url=f"http://{host}:{port}", book=book, server=server, thread=thread, pool=pool)

@@ -43,6 +43,8 @@ class ServeConfig:
     """largest WebSocket message the server reads; a bigger one closes that connection only"""
     check_env: bool = True
     """build one env before listening, so a bad id or argument fails at start rather than per session"""
+    workers: int = 0
+    """env worker processes the sessions' envs are spread over (engines are not thread-safe; 0: one per core)"""
 
     def kwargs(self) -> dict[str, Any]:
         try:
@@ -52,6 +54,12 @@ class ServeConfig:
         if not isinstance(value, dict):
             raise BadRequestError(f"--env-kwargs must be a JSON object, got {type(value).__name__}")
         return value
+
+    def worker_count(self) -> int:
+        if self.workers < 0:
+            raise BadRequestError(f"--workers must be >= 0, got {self.workers}")
+        return self.workers or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                   else (os.cpu_count() or 1))
 
     def bearer_token(self) -> str | None:
         return self.token if self.token is not None else (os.environ.get(TOKEN_ENV) or None)

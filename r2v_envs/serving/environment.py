@@ -1,8 +1,9 @@
 """One served env session: an r2v Gymnasium env behind OpenEnv's ``Environment`` interface.
 
 OpenEnv's server (``create_fastapi_app``) calls the factory once per WebSocket session and runs that session's calls
-on a thread of its own, so each session owns one env built exactly as ``gym.make(env_id, **env_kwargs)`` builds it:
-the same seeds, perturbations and task selection give the same bytes as in process. Every failure becomes a
+on a thread of its own. Each session owns one env built exactly as ``gym.make(env_id, **env_kwargs)`` builds it, in
+one of the server's env worker processes (:mod:`r2v_envs.serving.pool`: engines are not thread-safe), so the same
+seeds, perturbations and task selection give the same bytes as in process. Every failure becomes a
 :class:`~r2v_envs.serving.errors.ServedError` (``"[Kind] message"``), which OpenEnv turns into a typed error answer on
 that session only.
 
@@ -15,15 +16,15 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import gymnasium as gym
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 import r2v_envs
 from r2v_envs.serving.errors import BadRequestError, EpisodeOverError, ResetNeededError, ServedError, SessionClosedError
+from r2v_envs.serving.pool import EnvWorkerPool
 from r2v_envs.serving.wire import TextAction, TextEnvState, TextObservation, jsonable
 from r2v_envs.visibility import visible_info
 
@@ -42,16 +43,6 @@ def served_info(info: Mapping[str, Any], oracle: bool) -> dict[str, Any]:
         {'goal': 'g', 'admissible_actions': ['a'], 'perturbations': []}
     """
     return jsonable(dict(info) if oracle else visible_info(info, extra=SERVED_EXTRA_INFO))
-
-
-def _rearm_env_checker(env: gym.Env) -> None:
-    """Gymnasium 1.4's ``PassiveEnvChecker`` marks its first reset as checked before the reset runs: when that
-    reset raises (an unknown task id), the next first step fails on the missing reset data (``TypeError: cannot
-    unpack``). Re-arm it so the next reset is checked again and the session stays usable."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, gym.wrappers.PassiveEnvChecker) and not env.checked_step and env._previous_data is None:
-            env.checked_reset = False
-        env = env.env
 
 
 class SessionBook:
@@ -91,25 +82,20 @@ class R2VEnvironment(Environment[TextAction, TextObservation, TextEnvState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # one env per session, no state shared between sessions
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, oracle: bool = False,
-                 book: SessionBook | None = None, make: Callable[..., gym.Env] = gym.make):
+    def __init__(self, pool: EnvWorkerPool, *, oracle: bool = False, book: SessionBook | None = None):
         super().__init__()
-        self.env_id, self.oracle = env_id, oracle
-        self._env = make(env_id, **dict(env_kwargs or {}))
+        self.env_id, self.oracle = pool.env_id, oracle
+        self._env = pool.open()
         self._book = book
         self._number = book.open() if book is not None else 0
-        self._state = TextEnvState(env_id=env_id)
+        self._state = TextEnvState(env_id=self.env_id)
         self._started = self._done = self._closed = False
 
     # ------------------------------------------------------------------------------------------- protocol
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> TextObservation:
         self._check_open()
         options = self._reset_options(seed, kwargs)
-        try:
-            obs, info = self._env.reset(seed=seed, options=options or None)
-        except Exception as e:
-            _rearm_env_checker(self._env)
-            raise ServedError.wrap(e) from e
+        obs, info = self._env.reset(seed=seed, options=options or None)
         self._started, self._done = True, False
         self._state = TextEnvState(env_id=self.env_id, episode_id=episode_id, step_count=0,
                                    task_id=info.get("task_id"), episode_index=info.get("episode_index"),
@@ -122,10 +108,7 @@ class R2VEnvironment(Environment[TextAction, TextObservation, TextEnvState]):
             raise ServedError.wrap(ResetNeededError("reset the session before its first step"))
         if self._done:
             raise ServedError.wrap(EpisodeOverError("the episode has ended (terminated or truncated): reset first"))
-        try:
-            obs, reward, terminated, truncated, info = self._env.step(action.text)
-        except Exception as e:
-            raise ServedError.wrap(e) from e
+        obs, reward, terminated, truncated, info = self._env.step(action.text)
         self._done = bool(terminated or truncated)
         self._state.step_count += 1
         self._state.done = self._done
@@ -142,7 +125,7 @@ class R2VEnvironment(Environment[TextAction, TextObservation, TextEnvState]):
                                                f"are text; oracle info keys {'on' if self.oracle else 'off'})")
 
     def close(self) -> None:
-        """Free the env (a Terminal-Bench sandbox, a TextWorld game, a HumanEval judge); idempotent."""
+        """Free the env in its worker (a Terminal-Bench sandbox, a TextWorld game, a HumanEval judge); idempotent."""
         if self._closed:
             return
         self._closed = True

@@ -8,12 +8,12 @@ carries the env's text, its (agent-visible) info and Gymnasium's two end flags, 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Any
 
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+
+from r2v_envs.serving.jsonvalues import jsonable  # noqa: F401 - re-exported: the wire's value form
 
 MAX_ACTION_CHARS = 100_000
 """longest action text the server takes (an env command or a code submission is far shorter)"""
@@ -44,27 +44,3 @@ class TextEnvState(State):
     done: bool = Field(default=False, description="the current episode has ended")
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON types (what the client gets back): tuples become lists, numpy scalars Python numbers,
-    anything else its ``str``.
-
-    Example:
-        >>> import numpy as np
-        >>> jsonable({"a": (1, np.int64(2)), "b": {3: np.float32(0.5)}, "c": None})
-        {'a': [1, 2], 'b': {'3': 0.5}, 'c': None}
-    """
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    item = getattr(value, "item", None)  # numpy scalars
-    if callable(item):
-        try:
-            return jsonable(item())
-        except (TypeError, ValueError):
-            pass
-    return str(value)

@@ -6,11 +6,12 @@ docs/, is run here:
 * python blocks are executed as written in a subprocess (cwd: the repository root), with ``runs/`` pointed at a
   temporary directory so nothing lands in the checkout;
 * each shell command (continuation lines joined, comments dropped) must have an entry in :data:`SHELL`, which
-  says how it runs at a miniature size (``r2v`` becomes ``python -m r2v_train.cli``, run dirs go to a temporary
-  directory, sizes shrink) and whether it is slow. A command with no entry fails
-  :func:`test_every_documented_command_is_mapped`, so a command cannot enter the README or a quick start
-  untested. ``bash scripts/main.sh`` and ``bash scripts/test.sh`` are what CI runs: they are only checked to exist
-  (and the test script to run pytest).
+  says how it runs at a miniature size (``r2v`` is the installed console script, so its exit status is the one a
+  user's shell sees; run dirs go to a temporary directory, sizes shrink) and whether it is slow. A command with no
+  entry fails :func:`test_every_documented_command_is_mapped`, so a command cannot enter the README or a quick
+  start untested. ``bash scripts/main.sh`` runs as written with the miniature config's flags after it (the
+  install skipped: it is done), and must exit 0; ``bash scripts/test.sh`` is what CI runs: it is only checked to
+  exist and to run pytest.
 
 Other checks: the README stays a front door (at most 220 lines, only bash/sh/python fences), its command table
 is exactly the ``r2v`` dispatch table, docs/architecture.md names every module of the four packages, and every
@@ -42,7 +43,7 @@ RUN_LANGS = ("bash", "sh", "python")
 FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 README_MAX_LINES = 220
-R2V = [sys.executable, "-m", "r2v_train.cli"]
+R2V = [shutil.which("r2v") or "r2v"]  # the installed console script: `sys.exit(console())`, as a user runs it
 
 
 # ------------------------------------------------------------------------------------------------ what is documented
@@ -130,14 +131,15 @@ MINIATURE_EVAL = Mini(lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:fir
                                          "R2V/TextWorld-v0", "--tasks", "2", "--seeds", "0", "--perturbations", "none",
                                          "composite", "--max-steps", "10", "--out", str(tmp / "eval"), "--no-progress"],
                       check=_eval_report)
-MINIATURE_PIPELINE = Mini(lambda tmp: R2V + ["pipeline", "--config", "r2v_train/configs/miniature.yaml",
-                                             "--run-dir", str(tmp / "mini"), "--progress", "False"],
+# the main job: scripts/main.sh as written (it execs the installed `r2v pipeline`), the miniature's flags after it
+MINIATURE_PIPELINE = Mini(lambda tmp: ["bash", "scripts/main.sh", "--config", "r2v_train/configs/miniature.yaml",
+                                       "--run-dir", str(tmp / "mini"), "--progress", "False"],
                           slow=True, timeout_s=1200, check=_pipeline_report("mini"), chain="mini")
 
 # Every shell command of the README and of the docs' quick starts, exactly as written (after shlex.join).
 SHELL: dict[str, Mini | None] = {
-    # CI runs these two (exempt here: see test_setup_scripts_exist)
-    "bash scripts/main.sh": None,
+    # the main job at a miniature size (its exit status checked); CI runs the tests (see test_setup_scripts_exist)
+    "bash scripts/main.sh": MINIATURE_PIPELINE,
     "bash scripts/test.sh": None,
     # the fast lane: collected with its marker expression, in one process (running it here would run the suite
     # inside the suite; `-n 2` only spreads the same tests over two workers)
@@ -185,7 +187,7 @@ NEEDS_ENV = {"docs/humaneval.md": "HUMANEVAL_OVERRIDE_PATH"}
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return {**os.environ, "R2V_SKIP_INSTALL": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def _run(argv: list[str], timeout_s: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -144,4 +145,5 @@ def run_documented_serve(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run_documented_serve([sys.executable, "-m", "r2v_train.cli", *sys.argv[1:]])))
+    # the installed console script, as a user runs it (its exit status after Ctrl-C is part of what is checked)
+    print(json.dumps(run_documented_serve([shutil.which("r2v") or "r2v", *sys.argv[1:]])))

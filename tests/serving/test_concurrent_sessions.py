@@ -1,0 +1,66 @@
+"""Many sessions of `r2v serve` at the same instant: every client resets, then steps, behind a barrier, and each
+episode equals the same episode in process.
+
+This is what an RL framework does first (it opens its sessions at once). Before the env worker processes
+(r2v_envs/serving/pool.py), 18 of 32 simultaneous TextWorld resets failed with ``[IndexError] pop from empty list``:
+TextWorld's logic parser is not thread-safe, and the server ran every session's env on a thread of one process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from r2v_envs.serving.app import serve_in_thread
+from r2v_envs.serving.client import RemoteEnv
+from r2v_envs.serving.config import ServeConfig
+from tests.support.serving import env_kwargs, reference_episode, wire
+
+pytestmark = pytest.mark.timeout(600)
+# sessions at once per id: 32 where an env is light; the heavy engines hold a JVM (ScienceWorld) or a sandbox
+# (Terminal-Bench) per session, so 8 of them already race as 32 do on the same threads
+SESSIONS = {"R2V/Scripted-v0": 32, "R2V/TextWorld-v0": 32, "R2V/ALFWorld-v0": 16, "R2V/ScienceWorld-v0": 8,
+            "R2V/TerminalBench-v0": 8}
+STEPS = {"R2V/Scripted-v0": 6, "R2V/TextWorld-v0": 4, "R2V/ALFWorld-v0": 3, "R2V/ScienceWorld-v0": 3,
+         "R2V/TerminalBench-v0": 3}
+SLOW = {"R2V/ALFWorld-v0", "R2V/ScienceWorld-v0", "R2V/TerminalBench-v0"}
+
+
+@pytest.mark.parametrize("env_id", [pytest.param(i, marks=[pytest.mark.slow] if i in SLOW else []) for i in SESSIONS])
+def test_simultaneous_sessions_each_play_the_in_process_episode(env_id, alfworld_cache):
+    n, kwargs = SESSIONS[env_id], env_kwargs(env_id, alfworld_cache)
+    seeds = list(range(n))
+    refs = {s: reference_episode(env_id, kwargs, s, STEPS[env_id]) for s in seeds}
+    barrier = threading.Barrier(n, timeout=300)
+    with serve_in_thread(ServeConfig(env=env_id, env_kwargs=json.dumps(kwargs), port=0, max_sessions=n)) as srv:
+        def episode(seed: int) -> list[tuple]:
+            actions = refs[seed][0]
+            env = RemoteEnv(srv.url)
+            try:
+                barrier.wait()  # every client connected: reset at the same instant
+                obs, info = env.reset(seed=seed)
+                out = [(obs, None, False, False, info)]
+                for a in actions:
+                    barrier.wait()  # and every step of every session at the same instant
+                    out.append(tuple(env.step(a)))
+                return out
+            except BaseException:
+                barrier.abort()  # the others fail fast instead of waiting for this one
+                raise
+            finally:
+                env.close()
+
+        # the same number of steps in every episode, so the barrier's parties stay equal
+        assert len({len(refs[s][0]) for s in seeds}) == 1, {s: len(refs[s][0]) for s in seeds}
+        with ThreadPoolExecutor(n) as pool:
+            futures = {s: pool.submit(episode, s) for s in seeds}
+            errors = {s: repr(f.exception()) for s, f in futures.items() if f.exception() is not None}
+        assert not errors, f"{len(errors)} of {n} sessions failed: {errors}"
+        results = {s: f.result() for s, f in futures.items()}
+        assert len(set(srv.pool.pids())) == srv.pool.worker_count >= 1
+    for s in seeds:
+        assert [wire(t) for t in results[s]] == [wire(t) for t in refs[s][1]], f"seed {s}"
+    assert len({results[s][0][0] for s in seeds}) > 1  # different seeds, different perturbed episodes
