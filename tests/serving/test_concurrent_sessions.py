@@ -9,6 +9,8 @@ TextWorld's logic parser is not thread-safe, and the server ran every session's 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +19,7 @@ import pytest
 from r2v_envs.serving.app import serve_in_thread
 from r2v_envs.serving.client import RemoteEnv
 from r2v_envs.serving.config import ServeConfig
+from r2v_envs.serving.errors import RemoteEnvError
 from tests.support.serving import env_kwargs, reference_episode, wire
 
 pytestmark = pytest.mark.timeout(600)
@@ -64,3 +67,25 @@ def test_simultaneous_sessions_each_play_the_in_process_episode(env_id, alfworld
     for s in seeds:
         assert [wire(t) for t in results[s]] == [wire(t) for t in refs[s][1]], f"seed {s}"
     assert len({results[s][0][0] for s in seeds}) > 1  # different seeds, different perturbed episodes
+
+
+def test_a_killed_env_worker_fails_its_sessions_typed_and_new_sessions_get_a_fresh_one():
+    kw = json.dumps(env_kwargs("R2V/Scripted-v0"))
+    with serve_in_thread(ServeConfig(env="R2V/Scripted-v0", env_kwargs=kw, port=0, workers=1)) as srv:
+        env = RemoteEnv(srv.url)
+        try:
+            env.reset(seed=0)
+            (pid,) = srv.pool.pids()
+            os.kill(pid, signal.SIGKILL)  # out of memory, a crashed engine: the worker is gone
+            with pytest.raises(RemoteEnvError) as err:
+                env.step("go east")
+            assert err.value.kind == "EnvWorkerDied", err.value
+        finally:
+            env.close()
+        fresh = RemoteEnv(srv.url)
+        try:
+            obs, info = fresh.reset(seed=0)
+            assert obs and fresh.step("go east")[0]
+            assert srv.pool.pids() and srv.pool.pids() != [pid]
+        finally:
+            fresh.close()
