@@ -44,7 +44,11 @@ import numpy as np
 from r2v_agents.context import Context
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import DEFAULT_PROMPT
-from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.errors import R2VError, UnknownChoiceError
+
+
+class FeatureSpecError(R2VError, ValueError):
+    """Router features whose names, order, count or normalisation do not match what the router was trained on."""
 
 FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
     "entropy": ("token_entropy_mean", "token_entropy_max", "token_logprob_mean", "token_logprob_worst"),

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from r2v_envs.errors import FeatureSpecError
+from r2v_agents.features import FeatureSpecError
 from r2v_envs.fileio import atomic_write
 
 FORMAT = "r2v-router/1"

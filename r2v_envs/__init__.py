@@ -21,7 +21,7 @@ ENV_IDS: dict[str, tuple[str, int]] = {
     "R2V/BabyAI-v0": ("r2v_envs.babyai.env:make", 64),
     # the gold sequences of one test variation per task type take 4-192 actions (median 19): the cap covers them
     "R2V/ScienceWorld-v0": ("r2v_envs.scienceworld.env:make", 200),
-    "R2V/Scripted-v0": ("r2v_envs.testing:make", 20),
+    "R2V/Scripted-v0": ("r2v_envs.scripted:make", 20),
 }
 
 # Teach Gymnasium's AsyncVectorEnv to move our text observations through shared memory (r2v_envs/vector.py).

@@ -49,13 +49,5 @@ class GameGenerationError(R2VError, RuntimeError):
     """A benchmark game could not be generated or compiled."""
 
 
-class FeatureSpecError(R2VError, ValueError):
-    """Router features whose names, order, count or normalisation do not match what the router was trained on."""
-
-
 class TaskEnvironmentError(R2VError, RuntimeError):
     """A task's execution environment (a container image, a sandbox) could not be prepared."""
-
-
-class EmptyDatasetError(R2VError, ValueError):
-    """A training stage got no example to learn from (e.g. no preference pair for DPO)."""

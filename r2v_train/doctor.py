@@ -35,7 +35,7 @@ from r2v_envs.babyai.env import LEVELS as BABYAI_LEVELS
 from r2v_envs.core import cache_dir
 from r2v_envs.errors import R2VError
 from r2v_envs.humaneval.data import OVERRIDE_VAR, cache_root
-from r2v_envs.cgroups import cgroup_version
+from r2v_envs.sandbox.cgroups import cgroup_version
 from r2v_envs.sandbox import ISOLATION_GUARANTEES, Sandbox, available_isolations
 from r2v_envs.scienceworld.engine import find_java
 from r2v_envs.scienceworld.tasks import TASK_TYPES as SCIENCEWORLD_TASK_TYPES

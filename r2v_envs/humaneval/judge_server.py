@@ -278,7 +278,7 @@ def sweep() -> None:
         except ProcessLookupError:
             pass
         return
-    # The same sweep as r2v_envs.processes.kill_marked: this file runs alone (python -I) inside the sandbox,
+    # The same sweep as r2v_envs.sandbox.processes.kill_marked: this file runs alone (python -I) inside the sandbox,
     # where r2v_envs cannot be imported.
     marker = os.environ.get("R2V_SANDBOX_RUN", "")
     if not marker:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from r2v_envs.errors import EmptyDatasetError
+from r2v_envs.errors import R2VError
 from r2v_envs.fileio import jsonable
 from r2v_train.chain.saving import (
     CHECKPOINT_DIR,
@@ -33,6 +33,12 @@ from r2v_train.chain.saving import (
     stage_identity,
     use_checkpointing,
 )
+
+
+class EmptyDatasetError(R2VError, ValueError):
+    """DPO got no preference pair to learn from (every state's candidates agreed with the teacher, or none was
+    logged)."""
+
 
 PAIR_COLUMNS = ["prompt", "chosen", "rejected", "prompt_alt", "candidates"]
 

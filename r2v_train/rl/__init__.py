@@ -1,0 +1,25 @@
+"""``r2v rl``: GRPO (TRL) from a run's SLM over whole perturbed episodes, evaluated while it trains, then R2V on
+the RL-tuned SLM.
+
+Modules:
+
+* :mod:`~r2v_train.rl.run`: the resumable stages and the paired comparison;
+* :mod:`~r2v_train.rl.config`: the config dataclass with help text;
+* :mod:`~r2v_train.rl.compare`: RL run against its source on the same episodes;
+* :mod:`~r2v_train.rl.curve`: evaluation while training and its PNG;
+* :mod:`~r2v_train.rl.grpo`: the rl stage;
+* :mod:`~r2v_train.rl.trainer`: TRL's GRPOTrainer over whole episodes;
+* :mod:`~r2v_train.rl.rollouts`: groups of episodes from one start through the runner's hosts;
+* :mod:`~r2v_train.rl.rewards`: episode rewards and group-relative advantages;
+* :mod:`~r2v_train.rl.grpo_env`: rollout_func and environment_factory for TRL;
+* :mod:`~r2v_train.rl.grpo_textworld`: one-file GRPO on TextWorld (cleanrl style).
+"""
+
+__all__ = [
+    # the command
+    "run", "config", "compare", "curve",
+    # GRPO
+    "grpo", "trainer", "rollouts", "rewards",
+    # TRL adapters and examples
+    "grpo_env", "grpo_textworld",
+]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from r2v_agents.shards import load_table
-from r2v_envs.errors import FeatureSpecError
+from r2v_agents.features import FeatureSpecError
 
 
 @dataclass

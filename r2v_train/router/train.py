@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from r2v_agents.features import FEATURE_NAMES
-from r2v_envs.errors import FeatureSpecError
+from r2v_agents.features import FeatureSpecError
 from r2v_envs.fileio import atomic_write
 from r2v_train.router import calibration
 from r2v_train.router.config import (

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from r2v_envs.cgroups import TreeGroup, cgroup_version
+from r2v_envs.sandbox.cgroups import TreeGroup, cgroup_version
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.sandbox import Sandbox, SandboxLimits, available_isolations
 from tests.support.procs import processes_with

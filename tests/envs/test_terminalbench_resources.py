@@ -17,7 +17,7 @@ import gymnasium as gym
 import pytest
 
 import r2v_envs  # noqa: F401  (registers the envs)
-from r2v_envs.cgroups import cgroup_version
+from r2v_envs.sandbox.cgroups import cgroup_version
 from r2v_envs.sandbox import available_isolations
 from tests.support.terminalbench import harbor_task, play
 

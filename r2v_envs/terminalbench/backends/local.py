@@ -11,7 +11,7 @@ Every command of an episode, its build's steps and its test phase run as one unp
 by root) that owns the whole copy; the commands and the steps see it as root (a user namespace maps it to 0), as in
 the task's container, so the same seed shows the same bytes whatever uid an episode drew. Each tree is bounded as the
 task declares (``[environment] cpus`` and ``memory_mb``: a cgroup where the host gives one, see
-:mod:`r2v_envs.cgroups`) and ends only once all its processes are gone. Each sandbox is set up while the command
+:mod:`r2v_envs.sandbox.cgroups`) and ends only once all its processes are gone. Each sandbox is set up while the command
 before it runs (:mod:`.ahead`).
 
 Example:
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r2v_envs.isolation import MountPlan
+from r2v_envs.sandbox.isolation import MountPlan
 from r2v_envs.sandbox import PreparedRun, Sandbox, SandboxLimits
 from r2v_envs.terminalbench.backends.ahead import HeldSandboxes
 from r2v_envs.terminalbench.backends.base import MAX_CAPTURE, Backend, CommandResult, session_script, split_cwd

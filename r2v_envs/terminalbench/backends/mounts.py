@@ -1,5 +1,5 @@
 """Where an episode's folders appear to the local backend's sandboxes: under bubblewrap at the task's own paths,
-mounted folder by folder (:class:`r2v_envs.isolation.MountPlan`); under the weaker levels at their host paths.
+mounted folder by folder (:class:`r2v_envs.sandbox.isolation.MountPlan`); under the weaker levels at their host paths.
 
 Under bubblewrap: the workdir at the task's ``WORKDIR`` (``/app``), the writable root at ``/opt``, ``/tmp``,
 ``/home``, ..., the tests at ``/tests``, the session folder at ``/.r2v-session``, the offline runtime read-only at its
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from r2v_envs.isolation import MountPlan
+from r2v_envs.sandbox.isolation import MountPlan
 from r2v_envs.sandbox import minimal_env
 from r2v_envs.terminalbench.backends.build import HOST_ALIAS, WRITABLE_SYSTEM, Layout
 from r2v_envs.terminalbench.backends.workspace import Workspace

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from r2v_envs.processes import chown_tree
+from r2v_envs.sandbox.processes import chown_tree
 
 SUBFOLDERS = ("app", "tests", ".r2v", "solution", "root")
 

@@ -127,7 +127,7 @@ def test_dpo_on_no_preference_pair_is_a_typed_error(tmp_path):
     bare DatasetGenerationError raised from a StopIteration)."""
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     pytest.importorskip("datasets")
-    from r2v_envs.errors import EmptyDatasetError
+    from r2v_train.chain.dpo import EmptyDatasetError
     from r2v_train.chain.dpo import DPOConfig, dpo_stage
     from r2v_train.chain.preferences import _schema
 

@@ -12,7 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from r2v_agents.router_mlp import RouterMLP, load_router, save_router  # noqa: E402
-from r2v_envs.errors import FeatureSpecError, UnknownChoiceError  # noqa: E402
+from r2v_agents.features import FeatureSpecError  # noqa: E402
+from r2v_envs.errors import UnknownChoiceError  # noqa: E402
 from r2v_train import cli  # noqa: E402
 from r2v_train.router import train as rt  # noqa: E402
 from r2v_train.router.config import RouterTrainConfig

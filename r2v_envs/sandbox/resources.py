@@ -2,7 +2,7 @@
 
 Per process, always: CPU seconds, address space, file size, open files, processes (``RLIMIT_NPROC``, enforced for an
 unprivileged uid only: the kernel exempts uid 0), no core dumps. For the whole process tree, where the host lets a
-root caller make cgroups (:mod:`r2v_envs.cgroups`): CPU bandwidth (``cpus``) and memory (``tree_memory_bytes``), so
+root caller make cgroups (:mod:`r2v_envs.sandbox.cgroups`): CPU bandwidth (``cpus``) and memory (``tree_memory_bytes``), so
 one command that starts many busy processes cannot take every core from its neighbours; elsewhere the tree runs at
 a lower CPU priority (``nice``), the documented next best.
 

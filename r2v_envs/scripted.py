@@ -1,4 +1,5 @@
-"""A scripted text env for unit tests of wrappers, policies and the runner (no game engine needed).
+"""``R2V/Scripted-v0``: a tiny scripted text env for unit tests of wrappers, policies, learners and the runner (no
+game engine needed).
 
 Task ``scripted-<i>`` is a corridor of ``2 + i % 4`` rooms; a coin lies in the last room. The agent wins by
 walking east to it and taking it. Walking west from the first room or typing ``quit`` loses. Observations

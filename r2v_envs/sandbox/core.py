@@ -1,6 +1,6 @@
 """Isolation for untrusted code and shells: one :class:`Sandbox` with the strongest isolation the host offers.
 
-Levels, strongest first (detected at run time by :func:`r2v_envs.isolation.available_isolations`):
+Levels, strongest first (detected at run time by :func:`r2v_envs.sandbox.isolation.available_isolations`):
 
 * ``"bwrap"`` — bubblewrap: new PID, IPC, UTS and (unless ``limits.network``) network namespaces; a fresh
   root with the system directories and the Python prefix bind-mounted read-only, a private ``/tmp``, ``/proc``
@@ -18,13 +18,13 @@ Levels, strongest first (detected at run time by :func:`r2v_envs.isolation.avail
 :data:`ISOLATION_GUARANTEES` lists what each level contains; tests check exactly those.
 
 Every level applies the rlimits of :class:`SandboxLimits` (CPU time, address space, file size, open files,
-processes; core dumps off; :mod:`r2v_envs.resources`), a wall-clock deadline after which the process tree is killed,
+processes; core dumps off; :mod:`r2v_envs.sandbox.resources`), a wall-clock deadline after which the process tree is killed,
 and a minimal environment (no host secrets) unless ``env`` adds variables. Where a root caller can make cgroups
-(:mod:`r2v_envs.cgroups`), each run's tree lives in one: its process count, and its CPU bandwidth and memory when
+(:mod:`r2v_envs.sandbox.cgroups`), each run's tree lives in one: its process count, and its CPU bandwidth and memory when
 the limits ask (``cpus``, ``tree_memory_bytes``), are bounded for the tree as a whole, and a run ends only once
 every process of its tree has exited; elsewhere a tree with such limits runs at a lower CPU priority.
 
-Under bubblewrap a :class:`~r2v_envs.isolation.MountPlan` (``mounts=``) adds mounts and keeps capabilities; a
+Under bubblewrap a :class:`~r2v_envs.sandbox.isolation.MountPlan` (``mounts=``) adds mounts and keeps capabilities; a
 caller that gives ``uid=`` runs the command as that unprivileged uid (its own files are its business), else each
 run gets a throw-away uid and the workdir is handed to it; ``as_root=True`` shows that uid to the command as root, in
 a user namespace that maps it to 0 (as in a container: ``ls -l`` says ``root``, and the command may write its own
@@ -59,9 +59,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from r2v_envs.cgroups import TreeGroup, cgroup_version
+from r2v_envs.sandbox.cgroups import TreeGroup, cgroup_version
 from r2v_envs.errors import UnknownChoiceError
-from r2v_envs.isolation import (
+from r2v_envs.sandbox.isolation import (
     ISOLATIONS,
     MountPlan,
     available_isolations,
@@ -70,8 +70,8 @@ from r2v_envs.isolation import (
     default_readonly_paths,
     unshare_args,
 )
-from r2v_envs.processes import chown_tree, communicate, kill_marked, kill_tree
-from r2v_envs.resources import FALLBACK_NICE, SandboxLimits, apply_rlimits, prlimit_prefix, rlimit_values
+from r2v_envs.sandbox.processes import chown_tree, communicate, kill_marked, kill_tree
+from r2v_envs.sandbox.resources import FALLBACK_NICE, SandboxLimits, apply_rlimits, prlimit_prefix, rlimit_values
 
 __all__ = ["ISOLATION_GUARANTEES", "MountPlan", "PreparedRun", "Sandbox", "SandboxLimits", "SandboxProcess",
            "SandboxResult", "available_isolations", "minimal_env"]

@@ -14,7 +14,7 @@ caller can make one:
 * ``"v1"``: the ``pids``, ``cpu`` and ``memory`` hierarchies (``pids.max``, ``cpu.cfs_quota_us``,
   ``memory.limit_in_bytes``), as on hosts that mount cgroup v1 (this project's CI machines do);
 * neither (an unprivileged caller, or a host that delegates nothing): :func:`cgroup_version` is None and the
-  sandbox falls back to ``nice`` (:mod:`r2v_envs.resources`).
+  sandbox falls back to ``nice`` (:mod:`r2v_envs.sandbox.resources`).
 
 The tree's first process joins the group before it execs anything (:meth:`TreeGroup.join_prefix`: a ``/bin/sh``
 that writes its pid into ``cgroup.procs``), so every process of the tree is born inside it.
@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from r2v_envs.resources import SandboxLimits
+from r2v_envs.sandbox.resources import SandboxLimits
 
 CONTROLLERS = ("pids", "cpu", "memory")
 _PERIOD_US = 100_000  # the CFS period: a quota of 1.5 cores is 150 ms of CPU per 100 ms
