@@ -10,21 +10,17 @@ Episodes are stepped by the shared runner (:mod:`r2v_agents.runner`), one run di
 from __future__ import annotations
 
 import json
-import zlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 import r2v_envs  # noqa: F401
-from r2v_agents.context import Context
-from r2v_agents.policy import BatchPolicy, Decision
+from r2v_agents.policy import BatchPolicy
+from r2v_agents.reference import ExpertAgent, RandomAgent
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.shards import load_rows
-from r2v_agents.teachers import OracleTeacher
 from r2v_envs.errors import UnknownChoiceError
 
 
@@ -41,7 +37,7 @@ class RolloutArgs:
     perturbations: tuple[str, ...] = ("none", "flaky", "partial", "distractor", "injection", "composite")
     """perturbation settings, one table row each"""
     policies: tuple[str, ...] = ("expert", "random")
-    """policies: expert (oracle) and random (uniform over visible admissible actions)"""
+    """policies: expert (oracle) and random (uniform over visible admissible actions), as r2v eval's --agent"""
     max_steps: int = 50
     """step cap per episode"""
     env_kwargs: dict[str, str] = field(default_factory=dict)
@@ -52,25 +48,13 @@ class RolloutArgs:
     """env worker processes"""
 
 
-class RandomAdmissible(BatchPolicy):
-    """Uniform over the admissible actions the agent sees, seeded by (episode, step): reproducible anywhere."""
-
-    name = "random"
-
-    def act_batch(self, contexts: Sequence[Context], infos: Sequence[Mapping[str, Any]]) -> list[Decision]:
-        out = []
-        for ctx in contexts:
-            rng = np.random.default_rng([zlib.crc32(str(ctx.extra.get("episode_id", "")).encode()), ctx.step])
-            actions = ctx.admissible_actions or ("look",)
-            out.append(Decision(action=actions[int(rng.integers(len(actions)))], source="agent"))
-        return out
-
-
 def make_policy(name: str) -> BatchPolicy:
+    """``r2v eval``'s own reference agents (:mod:`r2v_agents.reference`), so ``--agent random`` and this table's
+    random column draw the same action at every (episode, step)."""
     if name == "expert":
-        return OracleTeacher()
+        return ExpertAgent()
     if name == "random":
-        return RandomAdmissible()
+        return RandomAgent(0)
 
     raise UnknownChoiceError("rollout policy", name, ["expert", "random"])
 

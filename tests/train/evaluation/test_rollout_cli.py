@@ -28,3 +28,26 @@ def test_cli_prints_table(tmp_path, capsys):
           "--workers", "0", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "| composite | 100.0%" in out
+
+
+def test_rollout_random_is_r2v_eval_random(tmp_path):
+    """One random agent, one seeding: the rollout table's random column plays the episodes `r2v eval --agent random`
+    plays (same task, seed, outcome, length and final observation)."""
+    from r2v_agents.shards import load_rows
+    from r2v_eval.cli import main as eval_main
+
+    perts = ("none", "composite")
+    records = rollout(RolloutArgs(env_id="R2V/Scripted-v0", split="test", seeds=(0, 1), perturbations=perts,
+                                  policies=("random",), out=str(tmp_path / "rollout"), workers=0))
+    eval_main(["--agent", "random", "--envs", "R2V/Scripted-v0", "--split", "test", "--seeds", "0", "1",
+               "--perturbations", *perts, "--max-steps", "50", "--out", str(tmp_path / "eval"), "--no-progress"])
+
+    def episodes(folder):
+        return sorted((r["task_id"], r["z"], bool(r["success"]), r["steps"], r["final_observation"])
+                      for r in load_rows(folder, "episodes"))
+
+    for pert in perts:
+        ours = episodes(tmp_path / "rollout" / f"{pert}-random")
+        assert ours == episodes(tmp_path / "eval" / "runs" / "R2V_Scripted-v0" / pert), pert
+        assert len(ours) == 12 and 0 < sum(e[2] for e in ours) < 12  # a real mix of wins and losses
+    assert len(records) == 24
