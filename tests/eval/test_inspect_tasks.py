@@ -1,18 +1,20 @@
 """r2v's Inspect AI tasks run by Inspect's own runner against a real OpenAI-compatible server (a tiny trained chat
 model on 127.0.0.1, :mod:`tests.support.openai_server`): the same episodes played by ``r2v eval`` and by
 ``inspect_ai.eval`` get the same replies, actions, outcomes and SR; the perturbation events reach the sample's
-metadata and transcript; the oracle's keys never reach the model; and ``inspect eval`` runs from the command line
-as docs/inspect.md shows.
+metadata and transcript; the oracle's keys never reach the model; ``inspect eval`` runs from the command line
+as docs/inspect.md shows; and its log opens in Inspect's own viewer (a ``inspect view bundle`` in Chromium).
 
 Needs the ``inspect`` extra; skipped, saying so, without it."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
 import subprocess
-import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import gymnasium as gym
@@ -32,6 +34,7 @@ from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_eval.agents import AgentOptions  # noqa: E402
 from r2v_eval.cli import EvalArgs, evaluate  # noqa: E402
 from r2v_eval.inspect_tasks import EPISODE_KEY, EVENTS_KEY, r2v_task  # noqa: E402
+from tests.support.browser import chromium, skip_reason  # noqa: E402
 from tests.support.openai_server import ChatServer, train_scripted_chat_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +153,42 @@ def test_inspect_eval_command_line(local_model, tmp_path, task):
     assert sorted(s.id for s in log.samples) == sorted(f"{t}@{z}" for t in TASKS[:2] for z in SEEDS)
     assert all(s.scores["env_outcome"].value in (0.0, 1.0) for s in log.samples)
     assert "accuracy" in log.results.scores[0].metrics
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *a):  # keep the test output clean
+        pass
+
+
+@pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
+def test_the_log_opens_in_inspects_viewer(local_model, tmp_path):
+    """``inspect view bundle`` of a log, served on 127.0.0.1 and opened in Chromium: the task, its samples, and in
+    a sample's transcript the model calls and the ``r2v`` perturbation events."""
+    (log,) = inspect_eval(scripted(perturbations=SETTING, seed=0, tasks=list(TASKS[:2]), max_steps=MAX_STEPS),
+                          model=MODEL, log_dir=str(tmp_path / "logs"), display="none")
+    perturbed = next(s for s in log.samples if s.metadata[EVENTS_KEY])
+    bundle = tmp_path / "bundle"
+    done = subprocess.run(["inspect", "view", "bundle", "--log-dir", str(tmp_path / "logs"), "--output-dir",
+                           str(bundle)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietFiles, directory=str(bundle)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    crashes: list[str] = []
+    try:
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("pageerror", lambda e: crashes.append(str(e)))
+            page.goto(f"http://127.0.0.1:{httpd.server_address[1]}/")
+            page.get_by_text("r2v/scripted").first.wait_for(timeout=60_000)
+            for sample in log.samples:
+                page.get_by_text(sample.id, exact=True).first.wait_for()
+            page.get_by_text(perturbed.id, exact=True).first.click()
+            page.get_by_text("INFO: R2V").first.wait_for(timeout=60_000)
+            first = perturbed.metadata[EVENTS_KEY][0]["events"][0]
+            body = page.locator("body").inner_text()
+            assert "MODEL CALL" in body and f'"type": "{first["type"]}"' in body
+            page.screenshot(path=tmp_path / "inspect-view.png")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert crashes == []
