@@ -26,7 +26,8 @@ With the same replies the SR equals ``r2v eval``'s on the same episodes (tests/e
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -57,6 +58,18 @@ ENV_OF = {"textworld": "R2V/TextWorld-v0", "alfworld": "R2V/ALFWorld-v0", "scien
 """The ``r2v/<name>`` Inspect tasks and the env ids they play."""
 EPISODE_KEY = "r2v_episode"
 EVENTS_KEY = "perturbation_events"
+_ENV_LOCK = threading.Lock()
+
+
+async def _env_call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run an env call in a worker thread, one at a time across the samples in flight: the engines block (so they
+    stay off the event loop and model calls overlap with them), and not every engine is thread-safe (TextWorld
+    parses its games with one module-level parser, which concurrent resets corrupt)."""
+    def locked() -> Any:
+        with _ENV_LOCK:
+            return fn(*args)
+
+    return await anyio.to_thread.run_sync(locked)
 
 
 def _seeds(seed: int | Sequence[int]) -> tuple[int, ...]:
@@ -124,8 +137,7 @@ def play_env(env_id: str, perturbations: Any = None, split: str = "test", max_st
         state.messages = []
         error = None
         try:
-            # Engines block (TextWorld, a sandbox's commands): step them off the event loop so samples overlap.
-            result = await anyio.to_thread.run_sync(slots.handle, [("reset", 0, ep.task_id, ep.z)])
+            result = await _env_call(slots.handle, [("reset", 0, ep.task_id, ep.z)])
             done = observe(ep, result[0][1:], run)
             error = result[0][-1]
             while not done:
@@ -141,11 +153,11 @@ def play_env(env_id: str, perturbations: Any = None, split: str = "test", max_st
                 ep.decision = Decision(action=action, source="agent", meta={
                     **reply_meta, "prompt_tokens": usage.input_tokens if usage else 0,
                     "completion_tokens": usage.output_tokens if usage else 0})
-                result = await anyio.to_thread.run_sync(slots.handle, [("step", 0, action)])
+                result = await _env_call(slots.handle, [("step", 0, action)])
                 done = observe(ep, result[0][1:], run)
                 error = result[0][-1]
         finally:
-            await anyio.to_thread.run_sync(slots.close)
+            await _env_call(slots.close)
         if error is not None:
             # Not the agent's failure: r2v eval leaves such an episode out of SR and reruns it; Inspect does the
             # same with an errored sample (left out of the metrics, rerun by `inspect eval-retry`).

@@ -29,7 +29,7 @@ pytest.importorskip("transformers", reason="the train extra is not installed")
 from inspect_ai import eval as inspect_eval  # noqa: E402
 from inspect_ai.log import list_eval_logs, read_eval_log  # noqa: E402
 
-from r2v.inspect_tasks import scripted  # noqa: E402
+from r2v.inspect_tasks import scripted, textworld  # noqa: E402
 from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_eval.agents import AgentOptions  # noqa: E402
 from r2v_eval.cli import EvalArgs, evaluate  # noqa: E402
@@ -127,6 +127,17 @@ def test_same_seeds_same_transcripts_and_no_oracle_in_prompts(local_model, tmp_p
     assert inputs and not any("4242" in text for text in inputs + shown)
     # the scorer, not the model, reads the outcome: the env's own score is in the score's metadata
     assert all(s.scores["env_outcome"].metadata["score"] is not None for s in first.values())
+
+
+def test_textworld_samples_in_flight_together(local_model, tmp_path):
+    """Real engines in concurrent samples: TextWorld parses its games with one module-level parser, which
+    concurrent resets once corrupted ("pop from empty list"); env calls now run one at a time."""
+    pytest.importorskip("textworld", reason="the textworld extra is not installed")
+    (log,) = inspect_eval(textworld(perturbations=SETTING, seed=list(SEEDS), tasks=2, max_steps=3), model=MODEL,
+                          log_dir=str(tmp_path), display="none", max_samples=4)
+    assert log.status == "success", log.error
+    assert len(log.samples) == 4 and all(s.error is None for s in log.samples)
+    assert all(s.metadata[EPISODE_KEY]["steps"] == 3 or s.metadata[EPISODE_KEY]["terminated"] for s in log.samples)
 
 
 def _entry_point_installed() -> bool:
