@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import gymnasium as gym
 from inspect_ai import Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.log import transcript
@@ -110,6 +111,8 @@ def r2v_task(env_id: str, perturbations: str = "none", seed: int | Sequence[int]
                 solver=play_env(env_id, setting.spec, grid.split, max_steps, system_prompt, max_tokens,
                                 tuple(wrappers)),
                 scorer=env_outcome(),
+                # greedy, as r2v eval's model agents by default; `inspect eval --temperature T` overrides a task's config
+                config=GenerateConfig(temperature=0.0),
                 metadata={"env_id": env_id, "perturbation": setting.name, "split": grid.split,
                           "seeds": list(grid.seeds)})
 
@@ -123,8 +126,6 @@ def _inspect_messages(messages: Sequence[dict[str, str]]) -> list[ChatMessage]:
 def play_env(env_id: str, perturbations: Any = None, split: str = "test", max_steps: int | None = None,
              system_prompt: str = "", max_tokens: int | None = None, wrappers: tuple[str, ...] = ()):
     """Play one episode of the sample's (task, z) with the task's model, one model call per env step."""
-    import gymnasium as gym
-
     cap = max_steps if max_steps is not None else gym.spec(env_id).max_episode_steps
     reader = ReplyReader()
 
