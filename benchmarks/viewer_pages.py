@@ -15,7 +15,7 @@ For each page: its size, the seconds ``r2v view`` took to write it, and in Chrom
 load-event seconds, when the summary had rendered (``performance.now()`` at the page's ready mark), the
 seconds to open the episode list, to open one episode (its chunk inflated and its steps drawn) and to sort the
 list by steps; and the size the page would have with its step data as plain JSON (``compress="never"``).
-Needs a ``chromium`` binary.
+Needs a ``chromium`` binary and the ``playwright`` package (the ``test`` extra).
 
     python benchmarks/viewer_pages.py --pool runs/eval-tw --out /tmp/viewer-bench
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.chromium, run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.browser, run from a checkout
 
 from r2v_agents.shards import ShardWriter, load_rows
 
@@ -155,28 +155,31 @@ def synthetic_eval(out: Path, pool, args: Args) -> Path:
 
 
 def measure(page: Path) -> dict:
-    from tests.support.chromium import Chromium
+    from tests.support.browser import PageLog, chromium
 
-    with Chromium() as b:
-        load = b.open(page.resolve().as_uri(), timeout=300)
-        b.wait_for("document.body.dataset.ready === '1'", timeout=120)
-        ready_ms = b.eval("window.r2vReadyAt")
+    with chromium() as browser:
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        log = PageLog(tab)
         t = time.monotonic()
-        b.eval("location.hash = 'episodes'")
-        b.wait_for("document.querySelectorAll('tr.ep-row').length > 0")
+        tab.goto(page.resolve().as_uri(), wait_until="load", timeout=300_000)
+        load = time.monotonic() - t
+        tab.wait_for_function("document.body.dataset.ready === '1'", timeout=120_000)
+        ready_ms = tab.evaluate("window.r2vReadyAt")
+        t = time.monotonic()
+        tab.locator("header nav a[href='#episodes']").click()
+        tab.locator("tr.ep-row").first.wait_for()
         t_list = time.monotonic() - t
         t = time.monotonic()
-        b.eval("document.querySelectorAll('tr.ep-row')[5].click()")
-        b.wait_for("document.querySelectorAll('article.step').length > 0", timeout=120)
+        tab.locator("tr.ep-row").nth(5).click()
+        tab.locator("article.step").first.wait_for(timeout=120_000)
         t_episode = time.monotonic() - t
-        b.eval("location.hash = 'episodes'")
-        b.wait_for("document.querySelectorAll('tr.ep-row').length > 0")
+        tab.locator("header nav a[href='#episodes']").click()
+        tab.locator("tr.ep-row").first.wait_for()
         t = time.monotonic()
-        b.eval("[...document.querySelectorAll('th.sortable')].find(t => t.textContent === 'steps').click()")
+        tab.locator("th.sortable", has_text="steps").first.click()
         t_sort = time.monotonic() - t
-        errors = b.errors()
     return {"load_s": round(load, 2), "summary_ready_s": round(ready_ms / 1000, 2), "list_s": round(t_list, 2),
-            "episode_s": round(t_episode, 2), "sort_s": round(t_sort, 2), "console_errors": len(errors)}
+            "episode_s": round(t_episode, 2), "sort_s": round(t_sort, 2), "console_errors": len(log.errors)}
 
 
 def main(args: Args) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from r2v_agents.prompts import action_style, build_prompt, format_completion
+from r2v_agents.prompts import DEFAULT_PROMPT, PromptConfig, action_style, build_prompt, format_completion
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.shards import contexts_from_steps, load_rows
 from r2v_agents.teachers import OracleTeacher
@@ -74,11 +74,13 @@ def build_tiny_model(tokenizer: Any, arch: str = "qwen2", hidden_size: int = 256
 
 
 def env_corpus(env_id: str, task_ids: Sequence[str] | None = None, seeds: Sequence[int] = (0,),
-               split: str = "train", max_steps: int = 50, **env_kwargs: Any) -> list[str]:
+               split: str = "train", max_steps: int = 50, prompt: PromptConfig = DEFAULT_PROMPT,
+               **env_kwargs: Any) -> list[str]:
     """Expert rollouts rendered as ``prompt + completion + EOS`` texts (one per step), for tokenizer training.
 
     Episodes go through the rollout runner (in-process, into a temporary directory), so the text is exactly
-    what the SLM sees at inference: same contexts, same prompt builder.
+    what the SLM sees at inference: same contexts, same prompt builder (``prompt``: the SLM's by default; a model
+    agent's, ``r2v_eval.model_agents.AGENT_PROMPT``, for a model served to ``r2v eval --agent openai``).
     """
     import tempfile
 
@@ -87,5 +89,5 @@ def env_corpus(env_id: str, task_ids: Sequence[str] | None = None, seeds: Sequen
                         seeds=tuple(seeds), split=split, max_steps=max_steps, env_kwargs=dict(env_kwargs),
                         progress=False)
         run(OracleTeacher(), cfg)
-        return [build_prompt(ctx) + format_completion(row["action"], style=action_style(env_id)) + EOS
+        return [build_prompt(ctx, prompt) + format_completion(row["action"], style=action_style(env_id)) + EOS
                 for ctx, row in contexts_from_steps(load_rows(tmp, "steps"))]

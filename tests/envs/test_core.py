@@ -82,10 +82,12 @@ def test_import_is_light():
             "for m in ('r2v_envs', 'r2v_envs.perturbations', 'r2v_envs.textworld.env', 'r2v_envs.alfworld.env',"
             " 'r2v_envs.humaneval.env', 'r2v_envs.terminalbench.env', 'r2v_envs.scienceworld.env', 'r2v_agents.runner',"
             " 'r2v_agents.teachers',"
-            " 'r2v_agents.routers', 'r2v_agents.routed', 'r2v_agents.slm', 'r2v_agents.features', 'r2v_train.cli'):\n"
+            " 'r2v_agents.routers', 'r2v_agents.routed', 'r2v_agents.slm', 'r2v_agents.features', 'r2v_train.cli',"
+            " 'r2v', 'r2v_eval', 'r2v_eval.grid', 'r2v_eval.view'):\n"
             "    importlib.import_module(m)\n"
             "heavy = [m for m in ('torch', 'textworld', 'alfworld', 'evalplus', 'transformers', 'trl', 'vllm',"
-            " 'docker', 'openai', 'datasets', 'scienceworld', 'py4j') if m in sys.modules]\n"
+            " 'docker', 'openai', 'datasets', 'scienceworld', 'py4j', 'inspect_ai', 'verifiers', 'playwright')"
+            " if m in sys.modules]\n"
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
 

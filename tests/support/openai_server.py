@@ -17,17 +17,25 @@ from typing import Any
 CHAT_TEMPLATE = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
 
 
-def train_scripted_chat_model(out_dir: str, steps: int = 60) -> str:
-    """A 1-layer Qwen2 trained for a few seconds on the scripted env's expert text, saved with a chat template."""
+def train_scripted_chat_model(out_dir: str, steps: int = 60, agent_prompt: bool = False) -> str:
+    """A 1-layer Qwen2 trained for a few seconds on the scripted env's expert text, saved with a chat template.
+
+    ``agent_prompt``: train on the prompts the model agents send (``r2v_eval.model_agents.AGENT_PROMPT``, bounded
+    history, banner dropped) rather than the SLM's, so that the model wins some episodes as an ``openai`` agent."""
     import copy
 
     import torch
 
-    from r2v_agents.tiny import build_tiny_model
+    from r2v_agents.tiny import build_tiny_model, env_corpus
     from tests.support.tiny_models import scripted_corpus_and_tokenizer
 
     torch.set_num_threads(1)
     texts, tok = scripted_corpus_and_tokenizer()
+    if agent_prompt:
+        from r2v_eval.model_agents import AGENT_PROMPT
+
+        texts = env_corpus("R2V/Scripted-v0", task_ids=[f"scripted-{i}" for i in range(4)], seeds=(0,),
+                           perturbations=None, prompt=AGENT_PROMPT)
     tok = copy.deepcopy(tok)  # the cached one is shared by the process's other tests: they expect no chat template
     model = build_tiny_model(tok, hidden_size=48, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=96)
     tok.padding_side = "right"  # positions must start at 0 as at inference (left padding would shift them)
@@ -134,7 +142,9 @@ class ChatServer:
             return self._send(h, 200, b'{"id": "x", "object": "chat.completion", "choices": [{"mess')
         if fault == "hang":
             time.sleep(self.hang_s)  # bounded: the client's timeout is shorter
-        text, p_tok, c_tok = self.generate(prompt, int(body.get("max_tokens") or 16))
+        # clients send the older max_tokens or the newer max_completion_tokens (Inspect's OpenAI providers may)
+        limit = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        text, p_tok, c_tok = self.generate(prompt, int(limit))
         reply = {"id": "r2v-test", "object": "chat.completion", "created": 0, "model": body.get("model", ""),
                  "choices": [{"index": 0, "finish_reason": "stop",
                               "message": {"role": "assistant", "content": text}}],
