@@ -69,20 +69,30 @@ def reference_episode(env_id: str, kwargs: dict, seed: int, max_steps: int,
     """(actions, transitions) of one episode in process: the expert's actions, with one unknown command as the
     second action (feedback text is part of what must match). A transition is (obs, reward, terminated,
     truncated, served info)."""
+    return reference_episodes(env_id, kwargs, [seed], max_steps, oracle)[seed]
+
+
+def reference_episodes(env_id: str, kwargs: dict, seeds: list[int], max_steps: int,
+                       oracle: bool = False) -> dict[int, tuple[list[str], list[tuple]]]:
+    """:func:`reference_episode` for each seed, played on one env in turn (``reset(seed=s)`` replays exactly what a
+    fresh env seeded ``s`` plays: the env contract; one env spares a JVM or a planner start per seed)."""
     from r2v_envs.serving.environment import served_info
 
     env = gym.make(env_id, **kwargs)
+    episodes = {}
     try:
-        obs, info = env.reset(seed=seed)
-        out, actions = [(obs, None, False, False, served_info(info, oracle))], []
-        for t in range(max_steps):
-            action = "xyzzy" if t == 1 else str(info.get("expert_action") or "look")
-            obs, reward, term, trunc, info = env.step(action)
-            actions.append(action)
-            out.append((obs, reward, term, trunc, served_info(info, oracle)))
-            if term or trunc:
-                break
-        return actions, out
+        for seed in seeds:
+            obs, info = env.reset(seed=seed)
+            out, actions = [(obs, None, False, False, served_info(info, oracle))], []
+            for t in range(max_steps):
+                action = "xyzzy" if t == 1 else str(info.get("expert_action") or "look")
+                obs, reward, term, trunc, info = env.step(action)
+                actions.append(action)
+                out.append((obs, reward, term, trunc, served_info(info, oracle)))
+                if term or trunc:
+                    break
+            episodes[seed] = (actions, out)
+        return episodes
     finally:
         env.close()
 
