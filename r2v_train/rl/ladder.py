@@ -118,6 +118,43 @@ def rung0(out_dir: str, cfg: RLConfig | None = None, train_tasks: int = 4,
     return climb(cfg, model, tok, SCRIPTED, {}, tasks, policy_evaluator(grid, cfg, out_dir), out_dir)
 
 
+def rung1_config(**overrides: Any) -> RLConfig:
+    """Rung 1's GRPO: 4 starts x 8 episodes a step on one game, composite perturbations, at most 10 minutes of
+    training (evaluations excluded)."""
+    base = {"max_steps": 200, "starts_per_step": 4, "group_size": 8, "micro_batches": 1, "learning_rate": 1e-3,
+            "warmup_steps": 0, "perturbations": "composite", "max_episode_steps": 20, "workers": 0,
+            "eval_every": 5, "seed": 0, "progress": True, "max_wall_min": 10.0}
+    return RLConfig(**{**base, **overrides})
+
+
+def rung1(run_dir: str, out_dir: str, cfg: RLConfig | None = None, game: str = "",
+          eval_z: Sequence[int] = tuple(range(50_000, 50_040))) -> dict[str, Any]:
+    """A run's SLM (RL-tuned, else DPO, else BC) trained on one of its train games (``game``, default the first)
+    under ``cfg.perturbations``; its own success over that game's ``eval_z`` starts (fresh z: the training starts
+    count up from ``cfg.train_z_start``), grounded as the run's SLM grounds (``router_data.admissible``)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from r2v_agents.prompts import action_style
+    from r2v_train.chain import collect
+    from r2v_train.rl.run import source_chain, source_model
+
+    chain = source_chain(run_dir)
+    cfg = cfg or rung1_config()
+    cfg = dataclasses.replace(cfg, max_new_tokens=cfg.max_new_tokens or chain.router_data.max_new_tokens)
+    model_dir = source_model(run_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    game = game or collect.load_split(os.path.join(run_dir, "split"))["used"]["train"][0]
+    env_id, admissible = chain.env.env_id, chain.router_data.admissible
+    grid = GridConfig(env_ids=(env_id,), perturbations=(cfg.perturbations,), seeds=tuple(eval_z), split="train",
+                      task_ids=(game,), env_kwargs=dict(chain.env.env_kwargs), max_steps=cfg.max_episode_steps,
+                      workers=0, progress=False)
+    evaluate = policy_evaluator(grid, cfg, out_dir, admissible, action_style(env_id))
+    curve = climb(cfg, model, tok, env_id, dict(chain.env.env_kwargs), [game], evaluate, out_dir, admissible)
+    return {**curve, "game": game, "model": model_dir}
+
+
 @dataclasses.dataclass
 class LadderArgs:
     """Climb a rung of the learning ladder and write its curve (curve.json, learning_curve.png) into ``out``."""
@@ -126,6 +163,16 @@ class LadderArgs:
     """rung0 (fresh tiny policy, R2V/Scripted-v0) or rung1 (a run's SLM on one TextWorld train game)"""
     out: str = "runs/ladder"
     """output directory"""
+    run_dir: str = ""
+    """rung1: the run whose SLM climbs (made by `r2v train` or `r2v pipeline`)"""
+    game: str = ""
+    """rung1: the train game (default: the run's first)"""
+    max_episode_steps: int = 0
+    """override the rung's step cap of an episode (0: the rung's own)"""
+    reward: str = ""
+    """override the rung's reward (success, success_return)"""
+    learning_rate: float = 0.0
+    """override the rung's learning rate (0: the rung's own)"""
     threads: int = 1
     """torch CPU threads"""
 
@@ -136,10 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = tyro.cli(LadderArgs, args=argv)
     torch.set_num_threads(args.threads)
-    if args.rung != "rung0":
-        print(f"unknown rung {args.rung!r}", file=sys.stderr)
+    over = {k: v for k, v in (("learning_rate", args.learning_rate), ("max_episode_steps", args.max_episode_steps),
+                              ("reward", args.reward)) if v}
+    if args.rung == "rung0":
+        curve = rung0(args.out, rung0_config(eval_every=5, **over))
+    elif args.rung == "rung1" and args.run_dir:
+        curve = rung1(args.run_dir, args.out, rung1_config(**over), game=args.game)
+    else:
+        print(f"unknown rung {args.rung!r} (rung0, or rung1 with --run-dir)", file=sys.stderr)
         return 2
-    curve = rung0(args.out)
     ev = sorted(curve["eval"].values(), key=lambda p: p["step"])
     print(f"own SR {ev[0]['sr']:.1f} -> {ev[-1]['sr']:.1f} in {curve['session_wall_s']:.0f} s; {args.out}")
     return 0
