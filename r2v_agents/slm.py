@@ -158,8 +158,12 @@ class SLMPolicy(BatchPolicy):
             best = best_candidate(cands)
             feats = compute_features(ctx, cands, variant=self.feature_variant)
             if best is None:  # the model produced no usable action
+                # its tokens are still recorded: an RL trainer must see the empty sample to push it down (dropped,
+                # it went untrained while the EOS ending every other row made it likelier, up to half the steps)
+                spoken = next((c for c in cands if c.token_ids), None)
                 out.append(Decision(action=fallback_action(ctx), source="slm", candidates=list(cands),
-                                    features=feats, meta={"fallback": True}))
+                                    features=feats, meta={"fallback": True},
+                                    tokens=self._trace(spoken) if self.record_tokens and spoken else None))
             else:
                 out.append(Decision(action=best.action, source="slm", candidates=list(cands),
                                     verifier_score=best.verifier_score, features=feats,

@@ -11,7 +11,8 @@ Specs (:func:`build_agent`):
   text when it has none), greedy. ``hf:smollm2`` loads SmolLM2-135M-Instruct through
   :mod:`r2v_agents.backbones` where that module exists.
 * ``slm:RUN_DIR`` / ``r2v:RUN_DIR``: the distilled SLM alone, or the routed R2V agent (SLM + router + the run's
-  teacher), from a ``r2v train`` / ``r2v pipeline`` run directory.
+  teacher), from a ``r2v train`` / ``r2v pipeline`` run directory. ``slm:RUN_DIR?k=1`` is the policy itself (one
+  sample per step at the run's temperature, no verifier), ``slm:RUN_DIR?greedy=1`` its most likely action.
 * ``random`` / ``expert``: the reference floor and ceiling (:mod:`r2v_agents.reference`): a uniform admissible
   action seeded per (``--agent-seed``, episode, step), and the env's expert action. ``verifier``: the admissible
   action the benchmark's verifier scores highest, no model (what an SLM-only agent must beat).
@@ -170,7 +171,8 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
         return HFChatAgent.from_pretrained(path, device=opts.device, **kw), name
     kind, _, arg = spec.partition(":")
     if arg and kind in plugin_agents():
-        return plugin_agent(kind, arg), kind
+        options = arg.partition("?")[2]  # `slm:RUN?k=1`: the policy alone is another agent than `slm:RUN`
+        return plugin_agent(kind, arg), f"{kind}?{options}" if options else kind
     if ":" in spec:
         try:
             obj = load_callable(spec)

@@ -50,8 +50,8 @@ class TransformersSampler(ChunkedSampler):
                  seed: int | None = None, style: str = "line"):
         check_style(style)
         self.style = style
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0 (K samples need sampling); use k=1 for greedy decoding")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy decoding), got {temperature}")
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.max_prompt_tokens, self.batch_size, self.seed = max_prompt_tokens, batch_size, seed
@@ -86,6 +86,9 @@ class TransformersSampler(ChunkedSampler):
 
     def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
         import torch
+
+        if self.temperature == 0 and k > 1:
+            raise ValueError(f"temperature 0 decodes greedily: k={k} candidates would all be the same; use k=1")
 
         # special tokens are in the rendered text already (chat) or not used (plain prompts of the tiny model)
         enc = self.tokenizer([render_prompt(p, self.tokenizer, self.style) for p in prompts], return_tensors="pt", padding=True,
@@ -221,7 +224,8 @@ class TransformersSampler(ChunkedSampler):
             return ""
 
     def _pick(self, logits: Any, streams: Any = None, k: int = 1) -> Any:
-        """One token per row from softmax(logits / temperature), restricted to the top-p nucleus.
+        """One token per row from softmax(logits / temperature), restricted to the top-p nucleus; at temperature 0
+        the most likely token (greedy decoding: the policy's mode, what `slm:RUN?greedy=1` evaluates).
 
         ``streams``: a list of generators, one per block of ``k`` rows (CPU): the draw is an exponential race,
         argmax_v p_v / E_v with E_v ~ Exp(1) from the row's own generator, which picks v with probability p_v.
@@ -230,6 +234,8 @@ class TransformersSampler(ChunkedSampler):
         """
         import torch
 
+        if self.temperature == 0:
+            return logits.float().argmax(dim=-1)
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)
         if self.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)

@@ -3,7 +3,10 @@
 Measured here: a NUL byte in a command segfaults the interpreter, which runs inside the Python process;
 ``restart``, ``quit``, ``save`` and ``undo`` leave the game waiting for a yes/no answer (or rewind it), so
 every later command is answered "Please answer yes or no". Such commands never reach the game; they get a
-feedback observation instead. Everything else reaches the game, which answers in its own words.
+feedback observation instead. A line that starts with a backslash is an escape of the dumb-frotz front end, not
+game input: ``\\ineva it`` (sampled by the tiny SLM in GRPO rollouts, 2026-11-28) made it print "unknown command" forever, 5 GB
+of log in minutes, and the episode never returned; backslashes become spaces. Everything else reaches the game,
+which answers in its own words.
 
 Example:
     >>> sanitize_command("  Take   the KEY\\x00 ")
@@ -12,6 +15,8 @@ Example:
     "[r2v] 'restart' is an interpreter meta-command and is disabled in this environment."
     >>> sanitize_command("café ☕")
     ('cafe', None)
+    >>> sanitize_command("\\\\ineva it")
+    ('ineva it', None)
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ def sanitize_command(action: object) -> tuple[str, str | None]:
         raise InvalidActionError(f"TextWorld actions are str, got {type(action).__name__}")
     # fold accents and compatibility forms to ASCII; the interpreter's parser only knows ZSCII letters
     text = unicodedata.normalize("NFKD", action).encode("ascii", "ignore").decode("ascii")
-    text = "".join(ch if ch.isprintable() else " " for ch in text)  # NUL, newlines, escapes -> space
+    # NUL, newlines, escapes -> space; a backslash too (the front end's escape character, see the module doc)
+    text = "".join(ch if ch.isprintable() and ch != "\\" else " " for ch in text)
     command = " ".join(text.lower().split())
     if len(command) > MAX_COMMAND_CHARS:
         # long text is never a real command; cutting it keeps the interpreter's line buffer safe

@@ -277,14 +277,16 @@ def make_sampler(model_dir: str, cfg: RouterDataConfig, style: str = "line"):
     raise UnknownChoiceError("sampler", cfg.sampler, ["transformers", "vllm", "openai"])
 
 
-def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWorld-v0", sampler: Any = None):
+def slm_policy(model_dir: str, cfg: RouterDataConfig, env_id: str = "R2V/TextWorld-v0", sampler: Any = None,
+               verifier: bool = True):
     """The SLM-only policy of Algorithm 2 (lines 3-5) on a saved model: K samples, the benchmark's verifier, f_t.
 
     ``sampler`` (e.g. a :class:`r2v_agents.samplers.memo.MemoSampler` shared by several policies) replaces the one
-    :func:`make_sampler` would load."""
+    :func:`make_sampler` would load. ``verifier=False`` leaves the benchmark's verifier out (the policy alone:
+    with ``cfg.k == 1`` it plays its own sample)."""
 
     sampler = make_sampler(model_dir, cfg, action_style(env_id)) if sampler is None else sampler
-    return SLMPolicy(sampler, verifier_for(env_id), k=cfg.k, admissible=cfg.admissible)
+    return SLMPolicy(sampler, verifier_for(env_id) if verifier else None, k=cfg.k, admissible=cfg.admissible)
 
 
 def router_data_stage(env: EnvConfig, cfg: RouterDataConfig, model_dir: str, split: Mapping[str, Any],

@@ -1,7 +1,10 @@
 """The agents of a training run directory: the evaluation's parts (:class:`Agents`) and the ``slm:RUN_DIR`` /
 ``r2v:RUN_DIR`` specs of ``r2v eval``.
 
-``slm:RUN_DIR`` is the distilled SLM alone, ``r2v:RUN_DIR`` the routed R2V agent. ``r2v_eval`` finds them through
+``slm:RUN_DIR`` is the distilled SLM alone (the deployed SLM-only agent: K candidates, the verifier's pick),
+``r2v:RUN_DIR`` the routed R2V agent. ``slm:RUN_DIR?k=1`` is the policy itself: one sample per step at the run's
+temperature, no verifier (the distribution RL trains); ``slm:RUN_DIR?greedy=1`` its most likely action per step
+(:func:`policy_options`). ``r2v_eval`` finds them through
 the ``r2v.agents`` entry points of ``pyproject.toml`` (:func:`slm_agent`, :func:`r2v_agent`), so the evaluation
 package never imports training code and ``python -m r2v_eval`` accepts the same specs as ``r2v eval``.
 """
@@ -12,7 +15,8 @@ import dataclasses
 import functools
 import json
 import os
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from r2v_agents.policy import BatchPolicy
@@ -20,8 +24,8 @@ from r2v_agents.prompts import action_style
 from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import MLPRouter
 from r2v_agents.samplers.memo import MemoSampler
-from r2v_envs.errors import BackendUnavailableError
-from r2v_train.chain.collect import make_sampler, make_teacher, slm_policy
+from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_train.chain.collect import RouterDataConfig, make_sampler, make_teacher, slm_policy
 from r2v_train.chain.dpo import dpo_stage
 from r2v_train.config import load_config
 from r2v_train.evaluation.methods import Agents
@@ -63,14 +67,68 @@ def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):
 
 
 
-def run_dir_agent(kind: str, run_dir: str) -> BatchPolicy:
-    """The SLM alone (``slm``) or the routed R2V agent (``r2v``) of a training run directory."""
+POLICY_OPTIONS = ("k", "greedy", "temperature")
+TRUE = ("1", "true", "yes", "on")
 
+
+def parse_run_spec(arg: str) -> tuple[str, dict[str, str]]:
+    """``RUN_DIR?key=value&...`` -> (RUN_DIR, options), the options checked against :data:`POLICY_OPTIONS`.
+
+    Example:
+        >>> parse_run_spec("runs/r2v?k=1&greedy=1")
+        ('runs/r2v', {'k': '1', 'greedy': '1'})
+        >>> parse_run_spec("runs/r2v")
+        ('runs/r2v', {})
+    """
+    run_dir, _, query = arg.partition("?")
+    opts = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    for key in opts:
+        if key not in POLICY_OPTIONS:
+            raise UnknownChoiceError("slm: option", key, POLICY_OPTIONS)
+    return run_dir, opts
+
+
+def policy_options(cfg: RouterDataConfig, opts: Mapping[str, str]) -> tuple[RouterDataConfig, bool]:
+    """The SLM's sampling config under a spec's options, and whether the benchmark's verifier picks among its
+    candidates (only when K > 1: one candidate has nothing to pick from, so ``k=1`` is the policy alone).
+
+    ``k``: candidates per step; ``temperature``: sampling temperature (default: the run's, the one BC/DPO trained and
+    RL samples at); ``greedy=1``: k = 1 at temperature 0, the policy's most likely action.
+
+    Example:
+        >>> cfg, verified = policy_options(RouterDataConfig(k=5, temperature=1.0), {"k": "1"})
+        >>> cfg.k, cfg.temperature, verified
+        (1, 1.0, False)
+        >>> cfg, verified = policy_options(RouterDataConfig(k=5), {"greedy": "1"})
+        >>> cfg.k, cfg.temperature, verified
+        (1, 0.0, False)
+    """
+    k = int(opts.get("k", cfg.k))
+    temperature = float(opts.get("temperature", cfg.temperature))
+    if opts.get("greedy", "0").lower() in TRUE:
+        if k != 1 and "k" in opts:
+            raise ValueError(f"greedy decoding plays one action per step: k={k} candidates would all be the same")
+        k, temperature = 1, 0.0
+    if k < 1 or temperature < 0:
+        raise ValueError(f"slm: needs k >= 1 and temperature >= 0, got k={k}, temperature={temperature}")
+    return dataclasses.replace(cfg, k=k, temperature=temperature), k > 1
+
+
+def run_dir_agent(kind: str, spec: str) -> BatchPolicy:
+    """The SLM alone (``slm``, with the options of :func:`policy_options`) or the routed R2V agent (``r2v``) of a
+    training run directory."""
+
+    run_dir, opts = parse_run_spec(spec)
     path = os.path.join(run_dir, MANIFEST)
     if not os.path.exists(path):
         raise BackendUnavailableError(f"{kind}:{run_dir}", f"no {MANIFEST} there: give a `r2v train` run directory")
     with open(path) as fh:
         chain = load_config({"chain": json.load(fh)["config"]}).chain
+    if kind == "slm" and opts:
+        cfg, verified = policy_options(chain.router_data, opts)
+        return slm_policy(slm_model(run_dir), cfg, chain.env.env_id, verifier=verified)
+    if opts:  # the router was trained on the features of the run's own K candidates
+        raise ValueError(f"{kind}:RUN_DIR takes no options (got {sorted(opts)}); they are slm:'s")
     agents = agents_from_run(chain, run_dir)
     if kind == "slm":
         return agents.slm()

@@ -52,11 +52,12 @@ class LearningCurve(TrainerCallback):
         eval_every: evaluate every N optimizer steps (and after the last).
         max_wall_s: stop once training (evaluations excluded) has taken this long; 0: no limit.
         progress: one line per step and per evaluation on stderr.
+        label: what the evaluation's SR measures (the plot's legend).
     """
 
     def __init__(self, out_dir: str, evaluate: Callable[[Any, Any, int], dict[str, Any]], eval_every: int,
-                 max_wall_s: float = 0.0, progress: bool = True):
-        self.out_dir, self.evaluate, self.eval_every = out_dir, evaluate, eval_every
+                 max_wall_s: float = 0.0, progress: bool = True, label: str = "SLM-only SR (evaluation)"):
+        self.out_dir, self.evaluate, self.eval_every, self.label = out_dir, evaluate, eval_every, label
         self.max_wall_s, self.progress = max_wall_s, progress
         self.path = os.path.join(out_dir, CURVE_FILE)
         self.curve = load_curve(self.path)
@@ -121,10 +122,11 @@ class LearningCurve(TrainerCallback):
 
     def _save(self) -> None:
         write_json_atomic(self.path, self.curve)
-        plot_curve(self.curve, os.path.join(self.out_dir, CURVE_PNG))
+        plot_curve(self.curve, os.path.join(self.out_dir, CURVE_PNG), self.label)
 
 
-def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) -> None:
+def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike,
+               label: str = "SLM-only SR (evaluation)") -> None:
     """SR (with its 95% CI) and mean return of the evaluations, and the training episodes' success, against
     optimizer steps (left) and minutes of training (right)."""
     import matplotlib
@@ -140,7 +142,7 @@ def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) 
         ax = axes[0][col]
         if ev:
             x = [p[xkey] / scale for p in ev]
-            ax.plot(x, [p["sr"] for p in ev], "o-", color="tab:blue", label="SLM-only SR (evaluation)")
+            ax.plot(x, [p["sr"] for p in ev], "o-", color="tab:blue", label=label)
             ax.fill_between(x, [p["sr_ci"][0] for p in ev], [p["sr_ci"][1] for p in ev], color="tab:blue",
                             alpha=0.15, label="95% CI")
         if tr:

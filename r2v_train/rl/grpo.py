@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from r2v_agents.prompts import action_style
@@ -78,14 +79,41 @@ def last_complete_checkpoint(folder: str) -> str | None:
     return None
 
 
+def episode_trainer(cfg: RLConfig, model: Any, tokenizer: Any, collector: GroupCollector, dataset: Any,
+                    output_dir: str, max_completion_length: int, callbacks: Sequence[Any] = ()) -> Any:
+    """The :class:`~r2v_train.rl.trainer.EpisodeGRPOTrainer` of ``cfg`` over a model, its episode collector and a
+    dataset of starts (``task@z`` prompts): TRL's config as ``r2v rl`` sets it, one place for the stage and the
+    learning-ladder tests (tests/train/rl/test_learning_ladder.py) alike."""
+    from trl import GRPOConfig
+
+    from r2v_train.rl.trainer import EpisodeGRPOTrainer
+
+    args = GRPOConfig(
+        output_dir=output_dir, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.episodes_per_step // cfg.micro_batches,
+        gradient_accumulation_steps=cfg.micro_batches, steps_per_generation=cfg.micro_batches,
+        num_generations=cfg.group_size, learning_rate=cfg.learning_rate, lr_scheduler_type="constant_with_warmup",
+        warmup_steps=cfg.warmup_steps, beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
+        loss_type="dapo", scale_rewards=cfg.scale_rewards, shuffle_dataset=False,
+        max_completion_length=max_completion_length,
+        save_strategy="steps", save_steps=cfg.eval_every, save_total_limit=2, logging_steps=1, report_to="none",
+        seed=cfg.seed, use_cpu=not cuda_available(), bf16=bf16_default(None), dataloader_num_workers=0,
+        disable_tqdm=not cfg.progress,
+        # TRL turns activation checkpointing on by default: it recomputes every forward pass, which buys nothing
+        # for the chain's small SLM (the rule of the other trainers: on from 100M parameters)
+        gradient_checkpointing=use_checkpointing(None, model))
+    return EpisodeGRPOTrainer(model=model, reward_funcs=[resolve_reward(cfg.reward)], args=args,
+                              train_dataset=dataset, processing_class=tokenizer, callbacks=list(callbacks),
+                              collector=collector, scale_rewards=cfg.scale_rewards,
+                              negative_weight=cfg.negative_weight, positive_weight=cfg.positive_weight,
+                              credit=cfg.credit)
+
+
 def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str, out_dir: str) -> dict[str, Any]:
     """Train, evaluate while training, save ``out_dir/model``; returns the stage's outputs."""
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig
-
-    from r2v_train.rl.trainer import EpisodeGRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     os.makedirs(out_dir, exist_ok=True)
@@ -105,27 +133,11 @@ def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str
         admissible=chain.router_data.admissible, seed=cfg.seed, k=cfg.rollout_k)
     curve = LearningCurve(out_dir, slm_evaluator(chain, cfg, out_dir), cfg.eval_every,
                           max_wall_s=60.0 * cfg.max_wall_min, progress=cfg.progress)
-    gpu = cuda_available()
-    args = GRPOConfig(
-        output_dir=os.path.join(out_dir, "checkpoints"), max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.episodes_per_step // cfg.micro_batches,
-        gradient_accumulation_steps=cfg.micro_batches, steps_per_generation=cfg.micro_batches,
-        num_generations=cfg.group_size, learning_rate=cfg.learning_rate, lr_scheduler_type="constant_with_warmup",
-        warmup_steps=cfg.warmup_steps, beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
-        loss_type="dapo", scale_rewards=cfg.scale_rewards, shuffle_dataset=False,
-        max_completion_length=cfg.max_new_tokens or chain.router_data.max_new_tokens,
-        save_strategy="steps", save_steps=cfg.eval_every, save_total_limit=2, logging_steps=1, report_to="none", seed=cfg.seed,
-        use_cpu=not gpu, bf16=bf16_default(None), dataloader_num_workers=0, disable_tqdm=not cfg.progress,
-        # TRL turns activation checkpointing on by default: it recomputes every forward pass, which buys nothing
-        # for the chain's small SLM (the rule of the other trainers: on from 100M parameters)
-        gradient_checkpointing=use_checkpointing(None, model))
-    trainer = EpisodeGRPOTrainer(model=model, reward_funcs=[resolve_reward(cfg.reward)], args=args,
-                                 train_dataset=dataset, processing_class=tok, callbacks=[curve],
-                                 collector=collector, scale_rewards=cfg.scale_rewards,
-                                 negative_weight=cfg.negative_weight,
-                                 positive_weight=cfg.positive_weight, credit=cfg.credit)
+    trainer = episode_trainer(cfg, model, tok, collector, dataset, os.path.join(out_dir, "checkpoints"),
+                              max_completion_length=cfg.max_new_tokens or chain.router_data.max_new_tokens,
+                              callbacks=[curve])
     curve.trainer = trainer
-    last = last_complete_checkpoint(args.output_dir)
+    last = last_complete_checkpoint(trainer.args.output_dir)
     if last is None:  # the starting SLM: the curve's first point
         curve.evaluate_at(0, trainer.accelerator.unwrap_model(trainer.model), tok)
     elif cfg.progress:
@@ -141,5 +153,5 @@ def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str
     return {"model": final, "steps": step, "max_steps": cfg.max_steps,
             "stopped_by_budget": step < cfg.max_steps, "episodes": sum(p["episodes"] for p in train_points),
             "train_wall_s": max((p["train_wall_s"] for p in train_points), default=0.0),
-            "session_wall_s": time.perf_counter() - t0, "device": "cuda" if gpu else "cpu",
+            "session_wall_s": time.perf_counter() - t0, "device": "cuda" if cuda_available() else "cpu",
             "curve": os.path.join(out_dir, "curve.json"), "plot": os.path.join(out_dir, "learning_curve.png")}

@@ -86,6 +86,15 @@ class StepSample:
     """the sampled tokens' log-probs at sampling time (empty when ``sampled`` is False)"""
     action: str
     sampled: bool = True
+    sample_ids: list[int] | None = None
+    """the tokens the model generated (None: ``completion_ids``); they differ when grounding replaced the sample"""
+
+    def row_ids(self, advantage: float) -> list[int]:
+        """The tokens a training row with ``advantage`` trains: the executed action's when it is pushed up (say the
+        action that won, verbatim), the model's own sample when it is pushed down (unsay what it said: pushing
+        down a grounded action's clean text leaves the text the model generated, e.g. an empty reply played as the
+        fallback, as likely as before)."""
+        return self.completion_ids if advantage > 0 or self.sample_ids is None else self.sample_ids
 
 
 @dataclass
@@ -220,7 +229,8 @@ def _played(record: dict[str, Any], info: dict[str, Any], start: Start, replica:
         executed = ground(s["completion_ids"], s["action"])
         sampled = executed is None
         steps.append(StepSample(list(s["prompt_ids"]), list(s["completion_ids"]) if sampled else executed,
-                                list(s["completion_logprobs"]) if sampled else [], s["action"], sampled))
+                                list(s["completion_logprobs"]) if sampled else [], s["action"], sampled,
+                                None if sampled else list(s["completion_ids"])))
     max_score = info.get("max_score")
     return PlayedEpisode(start, replica, bool(ep["success"]), float(ep["return"]),
                          None if max_score is None else float(max_score), steps, ep.get("error"))

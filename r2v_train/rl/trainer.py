@@ -128,7 +128,7 @@ class EpisodeGRPOTrainer(GRPOTrainer):
         # A step whose advantage is 0 (its start's episodes all got the same reward; under tree credit, a step where
         # no branch parts) adds nothing to the gradient but its forward and backward passes: it is left out, as
         # DAPO's dynamic sampling leaves such groups out.
-        rows = [(st.prompt_ids, st.completion_ids, adv, 1)
+        rows = [(st.prompt_ids, st.row_ids(adv), adv, 1)
                 for e, advs in zip(episodes, per_step) for st, adv in zip(e.steps, advs)
                 if adv != 0.0 and st.completion_ids]
         if not rows:  # nothing to learn from this batch: one masked row keeps TRL's step well-formed

@@ -24,7 +24,8 @@ from r2v_envs.textworld.suite import GameSpec, get_suite  # noqa: E402
 SEED = 7
 TASK = "tw-cooking-medium-001"
 BAD_ACTIONS = ["", " ", "x" * 100_000, "a\x00b", "\x00" * 10, "ñ😀 \u202e\ud800", "look\nlook", "restart",
-               "quit", "save", "undo", "\x1b[31mred", "take " + "coin " * 500, "🙂" * 1000]
+               "quit", "save", "undo", "\x1b[31mred", "take " + "coin " * 500, "🙂" * 1000,
+               "\\ineva __9ry it", "\\help", "look \\x"]  # dumb-frotz escapes: the first looped forever
 
 
 def expert_episode(env, task_id, options=None):
