@@ -7,6 +7,7 @@ Modules:
 * :mod:`~r2v_train.rl.config`: the config dataclass with help text;
 * :mod:`~r2v_train.rl.compare`: RL run against its source on the same episodes;
 * :mod:`~r2v_train.rl.curve`: evaluation while training and its PNG;
+* :mod:`~r2v_train.rl.ladder`: the learning ladder's rungs, measured on the policy's own success;
 * :mod:`~r2v_train.rl.grpo`: the rl stage;
 * :mod:`~r2v_train.rl.trainer`: TRL's GRPOTrainer over whole episodes;
 * :mod:`~r2v_train.rl.rollouts`: groups of episodes from one start through the runner's hosts;
@@ -17,7 +18,7 @@ Modules:
 
 __all__ = [
     # the command
-    "run", "config", "compare", "curve",
+    "run", "config", "compare", "curve", "ladder",
     # GRPO
     "grpo", "trainer", "rollouts", "rewards",
     # TRL adapters and examples
