@@ -24,11 +24,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the ids
+from r2v_agents.prompts import action_style
 from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.tiny import build_tiny_model, env_corpus, train_tokenizer
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
 from r2v_eval.robustness import cell_episodes, cell_metrics
+from r2v_train.chain import collect
 from r2v_train.rl.config import RLConfig
 from r2v_train.rl.curve import LearningCurve
 from r2v_train.rl.grpo import episode_trainer
@@ -135,8 +137,6 @@ def rung1(run_dir: str, out_dir: str, cfg: RLConfig | None = None, game: str = "
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from r2v_agents.prompts import action_style
-    from r2v_train.chain import collect
     from r2v_train.rl.run import source_chain, source_model
 
     chain = source_chain(run_dir)
