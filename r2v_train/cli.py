@@ -36,6 +36,7 @@ from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
 from r2v_train.chain.stages import ChainConfig, run_chain, set_threads
 from r2v_train.config import DEFAULT_CONFIG, PipelineConfig, load_config, preset, read_config
 from r2v_train.doctor import DoctorArgs, doctor
+from r2v_train.drrn.config import DRRNArgs
 from r2v_train.evaluation.agents import agents_from_run
 from r2v_train.evaluation.methods import evaluate, methods_table
 from r2v_train.evaluation.report import ablation_table, write_report
@@ -189,6 +190,19 @@ def rl(args: RLArgs) -> dict[str, Any]:
     return summary
 
 
+def drrn(args: DRRNArgs) -> None:
+    """``r2v drrn``: torch loads only here. Prints the summary (a console script must not return a dict)."""
+    from r2v_train.drrn.trainer import train_drrn
+
+    s = train_drrn(args.config(), args.run_dir)
+    f, last, rise = s["first_tenth"], s["last_tenth"], s["rise"]
+    print(f"DRRN on {s['env_id']} ({s['perturbations']}): {s['episodes']} episodes; won first tenth {f['sr']:.1f} "
+          f"[{f['sr_ci'][0]:.1f}, {f['sr_ci'][1]:.1f}], last tenth {last['sr']:.1f} [{last['sr_ci'][0]:.1f}, "
+          f"{last['sr_ci'][1]:.1f}], rise {rise['diff']:+.1f} [{rise['diff_ci'][0]:+.1f}, {rise['diff_ci'][1]:+.1f}]; "
+          f"{s['env_steps_per_s']} env steps/s, {s['updates_per_s']} updates/s")
+    print(f"DRRN run: {args.run_dir} (r2v eval --agent drrn:{args.run_dir})")
+
+
 def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
     """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
     directories or .parquet files)."""
@@ -262,6 +276,8 @@ COMMANDS: dict[str, Command] = {
                          _flags(run_dpo, DPOLaunch, "train-dpo")),
     "rl": Command("GRPO from a run's SLM (TRL), its learning curve, and R2V rerun on the RL-tuned SLM",
                   _flags(rl, RLArgs, "rl")),
+    "drrn": Command("DRRN, the text-game field's standard learner, on any env id with admissible actions (resumable)",
+                    _flags(drrn, DRRNArgs, "drrn")),
     "router-train": Command("a router on router rows of two runner directories",
                             _flags(router_train_main, RouterTrainArgs, "router-train")),
     "evaluate": Command("Table 1's methods on a finished run", _flags(evaluate_run, RunDirArgs, "evaluate")),
