@@ -203,6 +203,14 @@ def drrn(args: DRRNArgs) -> None:
     print(f"DRRN run: {args.run_dir} (r2v eval --agent drrn:{args.run_dir})")
 
 
+def drrn_matrix(args: Any) -> None:
+    """``r2v drrn-matrix``: the train x test perturbation matrix (torch loads only here)."""
+    from r2v_train.drrn.matrix import MATRIX_MD, MATRIX_PNG, matrix_table, run_matrix
+
+    print(matrix_table(run_matrix(args)))
+    print(f"matrix: {os.path.join(args.out, MATRIX_MD)} and {os.path.join(args.out, MATRIX_PNG)}")
+
+
 def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
     """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
     directories or .parquet files)."""
@@ -235,6 +243,13 @@ def chain_main(argv: Sequence[str], stages: Sequence[str] | None = None) -> dict
     for stage, r in results.items():
         print(f"{stage:12s} {'skipped' if r['skipped'] else 'ran':8s} {r['wall_s']:8.1f}s  {r['dir']}")
     return results
+
+
+def _matrix_args() -> type:
+    """The flags of ``r2v drrn-matrix`` (its module imports torch: loaded when the command runs)."""
+    from r2v_train.drrn.matrix import MatrixArgs
+
+    return MatrixArgs
 
 
 def _flags(fn: Callable[[Any], Any], cls: type, name: str) -> Callable[[list[str]], Any]:
@@ -278,6 +293,8 @@ COMMANDS: dict[str, Command] = {
                   _flags(rl, RLArgs, "rl")),
     "drrn": Command("DRRN, the text-game field's standard learner, on any env id with admissible actions (resumable)",
                     _flags(drrn, DRRNArgs, "drrn")),
+    "drrn-matrix": Command("DRRN trained under each perturbation setting, tested under each, paired CIs and a heatmap",
+                           lambda argv: drrn_matrix(tyro.cli(_matrix_args(), args=argv, prog="r2v drrn-matrix"))),
     "router-train": Command("a router on router rows of two runner directories",
                             _flags(router_train_main, RouterTrainArgs, "router-train")),
     "evaluate": Command("Table 1's methods on a finished run", _flags(evaluate_run, RunDirArgs, "evaluate")),
