@@ -16,6 +16,7 @@ it and, as exploration draws depend on (seed, episode, step) alone, plays and le
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import sys
@@ -167,16 +168,10 @@ class DRRNTrainer:
         return float(loss.detach())
 
     def evaluate(self) -> dict[str, Any]:
-        """The greedy policy on the first ``eval_tasks`` tasks of ``eval_split`` (z = 0), through the runner."""
+        """The greedy policy on the first ``eval_tasks`` tasks of ``eval_split`` that match ``task_filter`` (z = 0),
+        through the runner."""
         cfg = self.cfg
-        import gymnasium as gym
-
-        env = gym.make(cfg.env_id, seed=0, **cfg.make_kwargs("none"))
-        try:
-            tasks = env.unwrapped.task_ids(cfg.eval_split)
-        finally:
-            env.close()
-        tasks = tasks[:cfg.eval_tasks] if cfg.eval_tasks else tasks
+        tasks, _ = train_tasks(dataclasses.replace(cfg, split=cfg.eval_split, max_tasks=cfg.eval_tasks))
         out = os.path.join(self.run_dir, "evals", f"episodes-{self.state['episodes']:06d}")
         run_episodes(DRRNPolicy(self.net), RunConfig(cfg.env_id, out, task_ids=tuple(tasks), seeds=(0,),
                                                      split=cfg.eval_split, env_kwargs=cfg.make_kwargs(),
