@@ -9,7 +9,8 @@ text of any benchmark, perturbed or not.
 
 :class:`DRRNPolicy` acts with the network: greedy (``temperature=0``, evaluation) or a softmax over Q / temperature
 (exploration while training), drawn with :func:`r2v_agents.reference.step_rng` so a choice depends only on (seed,
-episode, step), never on batching. ``drrn:RUN_DIR`` in ``r2v eval`` is :func:`drrn_agent`. Training lives in
+episode, step), never on batching. ``drrn:RUN_DIR`` in ``r2v eval`` is :func:`drrn_agent` (the softmax policy the run
+trained, :func:`trained_policy`). Training lives in
 :mod:`r2v_train.drrn`.
 
 This module imports torch at the top: only DRRN's users import it (``r2v_agents/__init__.py`` does not).
@@ -181,9 +182,11 @@ def save_drrn(path: str | os.PathLike, net: DRRN, meta: dict | None = None) -> N
 
 
 def load_drrn(path: str | os.PathLike) -> DRRN:
+    """The network saved at ``path``; ``net.meta`` holds what was saved with it (a run's config)."""
     blob = torch.load(path, map_location="cpu", weights_only=True)
     net = DRRN(DRRNArch(**blob["arch"]))
     net.load_state_dict(blob["state_dict"])
+    net.meta = blob.get("meta", {})
     return net.eval()
 
 
@@ -232,11 +235,19 @@ def _softmax_draw(q: torch.Tensor, temperature: float, seed: int, ctx: Context) 
     return len(p) - 1 if not math.isnan(acc) else 0
 
 
+def trained_policy(net: DRRN) -> DRRNPolicy:
+    """The policy a run trained: the softmax at its training temperature and seed, as Jericho's DRRN is scored (a
+    greedy DRRN repeats itself: on held-out TextWorld games it walked back and forth until the step cap). Draws are
+    seeded per (seed, episode, step), so an evaluation is reproducible."""
+    cfg = getattr(net, "meta", {}).get("config", {})
+    return DRRNPolicy(net, temperature=float(cfg.get("temperature", 0.0)), seed=int(cfg.get("seed", 0)))
+
+
 def drrn_agent(run_dir: str) -> DRRNPolicy:
-    """``drrn:RUN_DIR`` of ``r2v eval``: the greedy policy of a ``r2v drrn`` run directory's trained network."""
+    """``drrn:RUN_DIR`` of ``r2v eval``: the trained policy (:func:`trained_policy`) of a ``r2v drrn`` run."""
     path = os.path.join(run_dir, MODEL_FILE)
     if not os.path.exists(path):
         raise BackendUnavailableError(f"drrn:{run_dir}", f"no {MODEL_FILE} there: give a `r2v drrn` run directory "
                                       "(a run writes it at its first checkpoint)")
     torch.set_num_threads(min(torch.get_num_threads(), 2))
-    return DRRNPolicy(load_drrn(path))
+    return trained_policy(load_drrn(path))

@@ -1,8 +1,9 @@
 """``r2v drrn-matrix``: does training under a perturbation make an agent robust? Train x test, with paired CIs.
 
 One DRRN is trained under each training setting (``<out>/train/<setting>``, :mod:`r2v_train.drrn.trainer`), then
-each trained agent is evaluated greedily under every test setting on the test split through ``r2v eval``'s grid
-(``<out>/eval/<setting>``: the runner's shards, ``results.json`` and ``report.md`` of :mod:`r2v_eval`), beside the
+each trained agent (the softmax policy it trained, :func:`r2v_agents.drrn.trained_policy`) is evaluated under every
+test setting on the test split through ``r2v eval``'s grid (``<out>/eval/<setting>``: the runner's shards,
+``results.json`` and ``report.md`` of :mod:`r2v_eval`), beside the
 reference agents (``random``, ``verifier``, ...) on the same episodes. A cell's SR carries its bootstrap CI; its
 difference from the clean-trained agent's SR on the same (task, z) episodes carries a paired CI
 (:func:`r2v_eval.robustness.compare`). Every part is resumable, so rerunning the command after a kill finishes it.
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
-from r2v_agents.drrn import DRRNPolicy, load_drrn
+from r2v_agents.drrn import load_drrn, trained_policy
 from r2v_eval.agents import AgentOptions, build_agent
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
 from r2v_eval.robustness import cell_metrics, compare, env_slug
@@ -81,20 +82,32 @@ def test_tasks(args: MatrixArgs) -> list[str]:
     return train_tasks(cfg)[0]
 
 
+def eval_grid(args: MatrixArgs, tasks: list[str]) -> GridConfig:
+    """The test episodes every agent of the matrix plays: the same tasks, seeds, env arguments and step cap."""
+    cfg = args.drrn
+    return GridConfig(env_ids=(cfg.env_id,), perturbations=args.test, seeds=args.seeds, split=args.split,
+                      task_ids=tuple(tasks), env_kwargs=cfg.kwargs(), max_steps=cfg.max_steps, workers=cfg.workers,
+                      progress=cfg.progress)
+
+
+def train_and_evaluate(args: MatrixArgs, grid: GridConfig, setting: str) -> None:
+    """One row: train under ``setting`` (or resume), then evaluate the trained policy under every test setting."""
+    out, cfg = Path(args.out), args.drrn
+    run_dir = out / "train" / setting
+    if cfg.progress:
+        print(f"== train under {setting} -> {run_dir}", file=sys.stderr)
+    train_drrn(dataclasses.replace(cfg, perturbations=setting), str(run_dir))
+    run_grid(trained_policy(load_drrn(run_dir / "model.pt")), "drrn", grid, out / "eval" / setting,
+             {"spec": f"drrn:{run_dir}"})
+    write_report(out / "eval" / setting, args.bootstrap)
+
+
 def run_matrix(args: MatrixArgs) -> dict[str, Any]:
     out, cfg = Path(args.out), args.drrn
     tasks = test_tasks(args)
-    grid = GridConfig(env_ids=(cfg.env_id,), perturbations=args.test, seeds=args.seeds, split=args.split,
-                      task_ids=tuple(tasks), env_kwargs=cfg.kwargs(), max_steps=cfg.max_steps, workers=cfg.workers,
-                      progress=cfg.progress)
+    grid = eval_grid(args, tasks)
     for setting in args.train:
-        run_dir = out / "train" / setting
-        if cfg.progress:
-            print(f"== train under {setting} -> {run_dir}", file=sys.stderr)
-        train_drrn(dataclasses.replace(cfg, perturbations=setting), str(run_dir))
-        run_grid(DRRNPolicy(load_drrn(run_dir / "model.pt")), "drrn", grid, out / "eval" / setting,
-                 {"spec": f"drrn:{run_dir}"})
-        write_report(out / "eval" / setting, args.bootstrap)
+        train_and_evaluate(args, grid, setting)
     for ref in args.references:
         policy, name = build_agent(ref, AgentOptions())
         kw = {**cfg.kwargs(), "expert": True} if ref == "expert" else cfg.kwargs()

@@ -168,15 +168,15 @@ class DRRNTrainer:
         return float(loss.detach())
 
     def evaluate(self) -> dict[str, Any]:
-        """The greedy policy on the first ``eval_tasks`` tasks of ``eval_split`` that match ``task_filter`` (z = 0),
-        through the runner."""
+        """The trained policy (the softmax at ``temperature``, as :func:`r2v_agents.drrn.trained_policy` acts) on the
+        first ``eval_tasks`` tasks of ``eval_split`` that match ``task_filter`` (z = 0), through the runner."""
         cfg = self.cfg
         tasks, _ = train_tasks(dataclasses.replace(cfg, split=cfg.eval_split, max_tasks=cfg.eval_tasks))
         out = os.path.join(self.run_dir, "evals", f"episodes-{self.state['episodes']:06d}")
-        run_episodes(DRRNPolicy(self.net), RunConfig(cfg.env_id, out, task_ids=tuple(tasks), seeds=(0,),
-                                                     split=cfg.eval_split, env_kwargs=cfg.make_kwargs(),
-                                                     max_steps=cfg.max_steps, workers=cfg.workers, progress=False),
-                     policy_name="drrn")
+        policy = DRRNPolicy(self.net, temperature=cfg.temperature, seed=cfg.seed)
+        run_episodes(policy, RunConfig(cfg.env_id, out, task_ids=tuple(tasks), seeds=(0,), split=cfg.eval_split,
+                                       env_kwargs=cfg.make_kwargs(), max_steps=cfg.max_steps, workers=cfg.workers,
+                                       progress=False), policy_name="drrn")
         rows = load_rows(out, "episodes")
         m = episode_metrics(rows)
         return {"sr": m["sr"], "sr_ci": m["sr_ci"], "episodes": m["episodes"],

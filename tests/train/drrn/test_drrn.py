@@ -72,7 +72,7 @@ def test_drrn_run_dir_is_an_r2v_eval_agent(tmp_path, monkeypatch):
     with pytest.raises(BackendUnavailableError, match="model.pt"):
         eval_agents.build_agent(f"drrn:{tmp_path / 'nothing'}")
     policy, name = eval_agents.build_agent(f"drrn:{run}")
-    assert isinstance(policy, DRRNPolicy) and policy.temperature == 0 and name == "drrn"
+    assert isinstance(policy, DRRNPolicy) and policy.temperature == TINY["temperature"] and name == "drrn"
     results = evaluate(EvalArgs(agent=f"drrn:{run}", out=str(tmp_path / "eval"), envs=("R2V/Scripted-v0",),
                                 perturbations=("none", "partial"), seeds=(0,), tasks=3, progress=False,
                                 bootstrap=50))
