@@ -56,6 +56,9 @@ class DRRNConfig:
     seeds, so a test-split evaluation never replays a training noise stream"""
     gamma: float = 0.9
     """discount of the Q target r + gamma * max_a' Q_target(s', a')"""
+    terminal_penalty: float = 0.0
+    """subtracted from the reward of a step that ends the episode without paying anything (a loss: the game stopped
+    without a win); 0: the env's rewards as they are"""
     learning_rate: float = 1e-3
     """Adam learning rate"""
     batch_size: int = 32
@@ -109,6 +112,8 @@ class DRRNConfig:
             raise UnknownChoiceError("perturbation setting", self.perturbations, SETTINGS)
         if not 0 <= self.gamma < 1:
             raise ValueError(f"gamma must be in [0, 1), got {self.gamma}")
+        if self.terminal_penalty < 0:
+            raise ValueError(f"terminal_penalty must be >= 0, got {self.terminal_penalty}")
         if not 0 <= self.priority_fraction <= 1:
             raise ValueError(f"priority_fraction must be in [0, 1], got {self.priority_fraction}")
         for name in ("episodes", "episodes_per_round", "max_steps", "batch_size", "replay_size", "target_every",
@@ -147,6 +152,12 @@ class DRRNConfig:
     def learning_fields(self) -> dict[str, Any]:
         """Every field a resumed run must share with the run it resumes."""
         return {k: v for k, v in asdict(self).items() if k not in RESUME_FREE}
+
+    def differing_fields(self, old: dict[str, Any]) -> list[str]:
+        """The learning fields where ``old`` (a saved run's) differs; a field the saved run predates counts as its
+        default."""
+        defaults = {f.name: f.default for f in fields(DRRNConfig)}
+        return sorted(k for k, v in self.learning_fields().items() if old.get(k, defaults[k]) != v)
 
 
 @dataclass

@@ -40,8 +40,11 @@ class Transition:
     next_actions: tuple[str, ...]
 
 
-def transitions(record: Mapping[str, Any]) -> list[Transition]:
-    """The transitions of one runner episode record (none for an episode that ended in an env error)."""
+def transitions(record: Mapping[str, Any], terminal_penalty: float = 0.0) -> list[Transition]:
+    """The transitions of one runner episode record (none for an episode that ended in an env error).
+    ``terminal_penalty`` is subtracted from the reward of a step that ended the episode and paid nothing: the env
+    stopped the game without a win (TextWorld's wrong treasure, a cooking game's inedible meal), which a reward of 0
+    would not tell apart from a step that merely did nothing."""
     if record["episode"].get("error"):
         return []
     steps = record["steps"]
@@ -52,7 +55,8 @@ def transitions(record: Mapping[str, Any]) -> list[Transition]:
     for i, s in enumerate(steps):
         state = state_text(s["goal"], s["observation"], (s["history_actions"] or [None])[-1])
         if s["terminated"]:
-            out.append(Transition(state, s["action"], float(s["reward"]), True, "", ()))
+            r = float(s["reward"])
+            out.append(Transition(state, s["action"], r - terminal_penalty if r <= 0 else r, True, "", ()))
         elif i + 1 < len(steps):
             n = steps[i + 1]
             out.append(Transition(state, s["action"], float(s["reward"]), False,

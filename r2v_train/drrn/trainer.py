@@ -89,8 +89,8 @@ class DRRNTrainer:
         if not os.path.exists(path):
             return
         blob = torch.load(path, map_location="cpu", weights_only=False)
-        old, new = blob["config"], self.cfg.learning_fields()
-        diff = sorted(k for k in new if old.get(k) != new[k])
+        old = blob["config"]
+        diff = self.cfg.differing_fields(old)
         if diff:
             raise ValueError(f"{self.run_dir} holds a DRRN run with a different {', '.join(diff)} "
                              f"({', '.join(f'{k}={old.get(k)!r}' for k in diff)}): use a new run directory")
@@ -193,7 +193,7 @@ class DRRNTrainer:
                 t1 = time.perf_counter()
                 steps = sum(r["episode"]["steps"] for r in records)
                 for r in records:
-                    self.replay.extend(transitions(r))
+                    self.replay.extend(transitions(r, cfg.terminal_penalty))
                     e = r["episode"]
                     self.curve["episodes"].append([st["episodes"], e["task_id"], e["z"], int(e["success"]),
                                                    e["return"], e["steps"]])
