@@ -248,13 +248,15 @@ class DRRNTrainer:
                         "updates_per_s": round(st["updates"] / max(st["update_s"], 1e-9), 1),
                         "eval": self.curve["eval"].get(str(st["round"]))})
         write_json_atomic(os.path.join(self.run_dir, SUMMARY), summary)
-        plot_curve(self.curve, os.path.join(self.run_dir, CURVE_PNG), title=f"DRRN on {self.cfg.env_id} "
-                   f"({self.cfg.perturbations})", step_label="training episodes", eval_label="greedy SR (evaluation)")
+        plot_curve(self.curve, os.path.join(self.run_dir, CURVE_PNG),
+                   title=f"DRRN on {self.cfg.env_id} ({self.cfg.perturbations})", step_label="training episodes",
+                   eval_label=f"SR on {self.cfg.eval_split} tasks (evaluation)")
         return summary
 
 
 def learning_summary(episodes: list[list[Any]]) -> dict[str, Any]:
-    """Success of the first and the last tenth of the training episodes with 95% CIs, and their difference.
+    """Success of the first and the last tenth of the training episodes with 95% CIs, and their difference (also of
+    the mean return: the score a game pays before its win).
 
     Example:
         >>> eps = [[i, "t", i, int(i >= 50), 0.0, 5] for i in range(100)]
@@ -269,8 +271,10 @@ def learning_summary(episodes: list[list[Any]]) -> dict[str, Any]:
         m = bootstrap_episodes(won, [1] * len(won), [0] * len(won))
         return {key: m[key] for key in ("episodes", "sr", "sr_ci")}
 
-    return {"episodes": n, "first_tenth": tenth(first), "last_tenth": tenth(last),
-            "rise": difference_bootstrap(last, first)}
+    r_first, r_last = [e[4] for e in episodes[:k]], [e[4] for e in episodes[-k:]]
+    return {"episodes": n, "first_tenth": {**tenth(first), "mean_return": sum(r_first) / k},
+            "last_tenth": {**tenth(last), "mean_return": sum(r_last) / k}, "rise": difference_bootstrap(last, first),
+            "return_rise": difference_bootstrap(r_last, r_first, percent=False)}
 
 
 def train_drrn(cfg: DRRNConfig, run_dir: str) -> dict[str, Any]:
