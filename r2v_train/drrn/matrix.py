@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from r2v_eval.agents import AgentOptions, build_agent
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
 from r2v_eval.robustness import cell_metrics, compare, env_slug
 from r2v_eval.robustness_report import write_report
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_train.drrn.config import SETTINGS, DRRNConfig
 from r2v_train.drrn.trainer import train_drrn, train_tasks
@@ -69,8 +71,6 @@ class MatrixArgs:
     def __post_init__(self) -> None:
         for s in (*self.train, *self.test):
             if s not in SETTINGS:
-                from r2v_envs.errors import UnknownChoiceError
-
                 raise UnknownChoiceError("perturbation setting", s, SETTINGS)
         if "none" not in self.train:
             raise ValueError("the matrix compares every row with the clean-trained agent: --train must include none")
@@ -153,8 +153,6 @@ def matrix_results(args: MatrixArgs, tasks: list[str]) -> dict[str, Any]:
 
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
-    import json
-
     p = run_dir / "summary.json"
     return json.loads(p.read_text()) if p.exists() else None
 
