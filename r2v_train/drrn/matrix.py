@@ -76,7 +76,7 @@ class MatrixArgs:
             raise ValueError("the matrix compares every row with the clean-trained agent: --train must include none")
 
 
-def test_tasks(args: MatrixArgs) -> list[str]:
+def matrix_tasks(args: MatrixArgs) -> list[str]:
     """The evaluated tasks: the split's tasks that match the training filter (the same kind of game)."""
     cfg = dataclasses.replace(args.drrn, split=args.split, max_tasks=args.tasks)
     return train_tasks(cfg)[0]
@@ -104,7 +104,7 @@ def train_and_evaluate(args: MatrixArgs, grid: GridConfig, setting: str) -> None
 
 def run_matrix(args: MatrixArgs) -> dict[str, Any]:
     out, cfg = Path(args.out), args.drrn
-    tasks = test_tasks(args)
+    tasks = matrix_tasks(args)
     grid = eval_grid(args, tasks)
     for setting in args.train:
         train_and_evaluate(args, grid, setting)
