@@ -94,6 +94,27 @@ def paired_bootstrap(a: Mapping[str, tuple[float, int, int]], b: Mapping[str, tu
             "llm_pct_diff_ci": _ci95(llm_b)}
 
 
+def difference_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 1000, seed: int = 0,
+                         percent: bool = True) -> dict[str, Any]:
+    """Success rate of episodes ``a`` minus that of episodes ``b`` (in percent; ``percent=False``: the mean of any
+    per-episode value, e.g. the return) when they are not the same episodes (e.g. a learner's last tenth of training
+    against its first): a 95% CI from resampling each group apart.
+
+    Example:
+        >>> d = difference_bootstrap([1, 1, 1, 0] * 5, [0, 0, 1, 0] * 5, n_boot=500)
+        >>> d["diff"], d["diff_ci"][0] > 0
+        (50.0, True)
+    """
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if not len(x) or not len(y):
+        raise ValueError("both groups need episodes")
+    rng = np.random.default_rng(seed)
+    xb = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    yb = y[rng.integers(0, len(y), size=(n_boot, len(y)))].mean(axis=1)
+    k = 100 if percent else 1
+    return {"episodes": [len(x), len(y)], "diff": float((x.mean() - y.mean()) * k), "diff_ci": _ci95((xb - yb) * k)}
+
+
 def episode_outcomes(run_dir: str | os.PathLike) -> dict[str, tuple[float, int, int]]:
     """``episode_id -> (success, steps, teacher steps)`` of a runner directory."""
     rows = load_rows(run_dir, "episodes", columns=["episode_id", "success", "steps", "teacher_calls"])

@@ -37,6 +37,7 @@ from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
 from r2v_train.chain.stages import ChainConfig, run_chain, set_threads
 from r2v_train.config import DEFAULT_CONFIG, PipelineConfig, load_config, preset, read_config
 from r2v_train.doctor import DoctorArgs, doctor
+from r2v_train.drrn.config import DRRNArgs
 from r2v_train.evaluation.agents import agents_from_run
 from r2v_train.evaluation.methods import evaluate, methods_table
 from r2v_train.evaluation.report import ablation_table, write_report
@@ -190,6 +191,27 @@ def rl(args: RLArgs) -> dict[str, Any]:
     return summary
 
 
+def drrn(args: DRRNArgs) -> None:
+    """``r2v drrn``: torch loads only here. Prints the summary (a console script must not return a dict)."""
+    from r2v_train.drrn.trainer import train_drrn
+
+    s = train_drrn(args.config(), args.run_dir)
+    f, last, rise = s["first_tenth"], s["last_tenth"], s["rise"]
+    print(f"DRRN on {s['env_id']} ({s['perturbations']}): {s['episodes']} episodes; won first tenth {f['sr']:.1f} "
+          f"[{f['sr_ci'][0]:.1f}, {f['sr_ci'][1]:.1f}], last tenth {last['sr']:.1f} [{last['sr_ci'][0]:.1f}, "
+          f"{last['sr_ci'][1]:.1f}], rise {rise['diff']:+.1f} [{rise['diff_ci'][0]:+.1f}, {rise['diff_ci'][1]:+.1f}]; "
+          f"{s['env_steps_per_s']} env steps/s, {s['updates_per_s']} updates/s")
+    print(f"DRRN run: {args.run_dir} (r2v eval --agent drrn:{args.run_dir})")
+
+
+def drrn_matrix(args: Any) -> None:
+    """``r2v drrn-matrix``: the train x test perturbation matrix (torch loads only here)."""
+    from r2v_train.drrn.matrix import MATRIX_MD, MATRIX_PNG, matrix_table, run_matrix
+
+    print(matrix_table(run_matrix(args)))
+    print(f"matrix: {os.path.join(args.out, MATRIX_MD)} and {os.path.join(args.out, MATRIX_PNG)}")
+
+
 def router_train_main(args: RouterTrainArgs) -> RouterTrainResult:
     """``r2v router-train --train DIR --valid DIR --run-dir DIR [--config.mode ...]`` (router rows from runner
     directories or .parquet files)."""
@@ -223,6 +245,13 @@ def chain_main(argv: Sequence[str], stages: Sequence[str] | None = None) -> dict
     for stage, r in results.items():
         print(f"{stage:12s} {'skipped' if r['skipped'] else 'ran':8s} {r['wall_s']:8.1f}s  {r['dir']}")
     return results
+
+
+def _matrix_args() -> type:
+    """The flags of ``r2v drrn-matrix`` (its module imports torch: loaded when the command runs)."""
+    from r2v_train.drrn.matrix import MatrixArgs
+
+    return MatrixArgs
 
 
 def _flags(fn: Callable[[Any], Any], cls: type, name: str) -> Callable[[list[str]], Any]:
@@ -264,6 +293,10 @@ COMMANDS: dict[str, Command] = {
                          _flags(run_dpo, DPOLaunch, "train-dpo")),
     "rl": Command("GRPO from a run's SLM (TRL), its learning curve, and R2V rerun on the RL-tuned SLM",
                   _flags(rl, RLArgs, "rl")),
+    "drrn": Command("DRRN, the text-game field's standard learner, on any env id with admissible actions (resumable)",
+                    _flags(drrn, DRRNArgs, "drrn")),
+    "drrn-matrix": Command("DRRN trained under each perturbation setting, tested under each, paired CIs and a heatmap",
+                           lambda argv: drrn_matrix(tyro.cli(_matrix_args(), args=argv, prog="r2v drrn-matrix"))),
     "router-train": Command("a router on router rows of two runner directories",
                             _flags(router_train_main, RouterTrainArgs, "router-train")),
     "evaluate": Command("Table 1's methods on a finished run", _flags(evaluate_run, RunDirArgs, "evaluate")),

@@ -139,7 +139,9 @@ HEAVY_R2V = {"r2v_agents.router_mlp", "r2v_train.chain.dpo_consistency",
              # the env server stack (FastAPI, uvicorn, openenv: ~7 s to import): `r2v serve` and remote envs only
              "r2v_envs.serving.app", "r2v_envs.serving.client",
              # TRL's GRPOTrainer subclass, and `r2v rl`'s stages over it (transformers callbacks): `r2v rl` only
-             "r2v_train.rl.trainer", "r2v_train.rl.run"}
+             "r2v_train.rl.trainer", "r2v_train.rl.run",
+             # DRRN's training loop and matrix (torch at the top): `r2v drrn` / `r2v drrn-matrix` only
+             "r2v_train.drrn.trainer", "r2v_train.drrn.matrix"}
 
 
 def _allowed_lazy(module: str, target: str) -> bool:

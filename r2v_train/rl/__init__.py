@@ -7,6 +7,7 @@ Modules:
 * :mod:`~r2v_train.rl.config`: the config dataclass with help text;
 * :mod:`~r2v_train.rl.compare`: RL run against its source on the same episodes;
 * :mod:`~r2v_train.rl.curve`: evaluation while training and its PNG;
+* :mod:`~r2v_train.rl.plot`: the curve file and its PNG, without transformers (``r2v rl`` and ``r2v drrn``);
 * :mod:`~r2v_train.rl.ladder`: the learning ladder's rungs, measured on the policy's own success;
 * :mod:`~r2v_train.rl.grpo`: the rl stage;
 * :mod:`~r2v_train.rl.trainer`: TRL's GRPOTrainer over whole episodes;
@@ -18,7 +19,7 @@ Modules:
 
 __all__ = [
     # the command
-    "run", "config", "compare", "curve", "ladder",
+    "run", "config", "compare", "curve", "plot", "ladder",
     # GRPO
     "grpo", "trainer", "rollouts", "rewards",
     # TRL adapters and examples

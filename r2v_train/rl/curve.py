@@ -15,32 +15,23 @@ Example:
     >>> c = {"train": {"1": {"step": 1, "train_wall_s": 10.0, "success": 0.5, "mean_return": 0.5}},
     ...      "eval": {"0": {"step": 0, "train_wall_s": 0.0, "sr": 40.0, "sr_ci": [30.0, 50.0], "mean_return": 0.4},
     ...               "1": {"step": 1, "train_wall_s": 10.0, "sr": 50.0, "sr_ci": [40.0, 60.0], "mean_return": 0.5}}}
-    >>> plot_curve(c, os.path.join(d, "curve.png"))
+    >>> plot_curve(c, os.path.join(d, "curve.png"))   # r2v_train.rl.plot (no transformers: r2v drrn uses it too)
     >>> open(os.path.join(d, "curve.png"), "rb").read(4) == b"\\x89PNG"
     True
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
 
 from r2v_envs.fileio import write_json_atomic
-
-CURVE_FILE, CURVE_PNG = "curve.json", "learning_curve.png"
-
-
-def load_curve(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    if not os.path.exists(path):
-        return {"train": {}, "eval": {}}
-    with open(path) as fh:
-        return json.load(fh)
+from r2v_train.rl.plot import CURVE_FILE, CURVE_PNG, load_curve, plot_curve  # noqa: F401 - this module's API
 
 
 class LearningCurve(TrainerCallback):
@@ -122,49 +113,4 @@ class LearningCurve(TrainerCallback):
 
     def _save(self) -> None:
         write_json_atomic(self.path, self.curve)
-        plot_curve(self.curve, os.path.join(self.out_dir, CURVE_PNG), self.label)
-
-
-def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike,
-               label: str = "SLM-only SR (evaluation)") -> None:
-    """SR (with its 95% CI) and mean return of the evaluations, and the training episodes' success, against
-    optimizer steps (left) and minutes of training (right)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ev = sorted(curve["eval"].values(), key=lambda p: p["step"])
-    tr = sorted(curve["train"].values(), key=lambda p: p["step"])
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharey="row")
-    for col, (xkey, xlabel, scale) in enumerate((("step", "optimizer step", 1.0),
-                                                 ("train_wall_s", "training wall time (min)", 60.0))):
-        ax = axes[0][col]
-        if ev:
-            x = [p[xkey] / scale for p in ev]
-            ax.plot(x, [p["sr"] for p in ev], "o-", color="tab:blue", label=label)
-            ax.fill_between(x, [p["sr_ci"][0] for p in ev], [p["sr_ci"][1] for p in ev], color="tab:blue",
-                            alpha=0.15, label="95% CI")
-        if tr:
-            ax.plot([p[xkey] / scale for p in tr], [100 * p["success"] for p in tr], ".", color="tab:gray",
-                    alpha=0.6, label="training episodes won (%)")
-        ax.set_ylabel("success (%)")
-        ax.grid(alpha=0.3)
-        ax = axes[1][col]
-        if ev:
-            ax.plot([p[xkey] / scale for p in ev], [p["mean_return"] for p in ev], "s-", color="tab:orange",
-                    label="mean return (evaluation)")
-        if tr:
-            ax.plot([p[xkey] / scale for p in tr], [p["mean_return"] for p in tr], ".", color="tab:gray", alpha=0.6,
-                    label="mean return (training)")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("return")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="lower right")
-    axes[1][0].legend(fontsize=8, loc="lower right")
-    fig.suptitle("r2v rl: GRPO from the run's SLM")
-    fig.tight_layout()
-    tmp = f"{os.fspath(path)}.tmp.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+        plot_curve(self.curve, os.path.join(self.out_dir, CURVE_PNG), eval_label=self.label)
