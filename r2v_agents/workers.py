@@ -9,15 +9,16 @@ between runs with the same env setting, so a worker's engine caches stay warm.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
-from r2v_envs.forkserver import env_context
+from r2v_envs.forkserver import env_context, stop_worker
 
 
 def _is_plain_json(v: Any) -> bool:
@@ -170,13 +171,7 @@ class ProcessHost:
         return float(self.recv())
 
     def close(self):
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
+        stop_worker(self.conn, self.proc)
 
 
 class WorkerPool:
@@ -207,6 +202,22 @@ class WorkerPool:
         pool.extend(hosts)
         while len(pool) > keep_at_most:
             pool.pop(0).close()
+
+    @classmethod
+    @contextlib.contextmanager
+    def borrow(cls, cfg: RunConfig, n: int) -> Iterator[list[ProcessHost]]:
+        """``n`` warm workers for ``cfg``: given back after a clean exit, closed after an error (a worker may still
+        owe a reply, so it is never reused)."""
+        hosts, ok = cls.take(cfg, n), False
+        try:
+            yield hosts
+            ok = True
+        finally:
+            if ok:
+                cls.give_back(cfg, hosts)
+            else:
+                for h in hosts:
+                    h.close()
 
     @classmethod
     def close_all(cls) -> None:

@@ -35,6 +35,19 @@ def preload_modules(env_id: str, imports: Sequence[str] = ()) -> list[str]:
     return modules
 
 
+def stop_worker(conn, proc, timeout_s: float = 10.0) -> None:
+    """Ask a worker process to exit (``None`` on its pipe, the workers' shared word for it), wait ``timeout_s``,
+    then kill it."""
+    try:
+        conn.send(None)
+    except OSError:  # the worker is gone already
+        pass
+    proc.join(timeout=timeout_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
+
+
 def env_context(env_id: str, imports: Sequence[str] = ()):
     """A ``forkserver`` context whose server has imported :func:`preload_modules`; ``spawn`` where forkserver is
     unavailable. The preload list takes effect when the fork server first starts (once per process)."""

@@ -22,9 +22,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from r2v_envs.forkserver import env_context
-from r2v_envs.serving.jsonvalues import jsonable
+from r2v_envs.forkserver import env_context, stop_worker
 from r2v_envs.serving.errors import ServedError
+from r2v_envs.serving.jsonvalues import jsonable
 
 
 def _rearm_env_checker(env: gym.Env) -> None:
@@ -119,15 +119,8 @@ class EnvWorker:
                                             f"(exit code {self.proc.exitcode}): open a new session")
 
     def stop(self) -> None:
-        with self.lock:
-            try:
-                self.conn.send(None)
-            except OSError:
-                pass
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(timeout=5)
+        with self.lock:  # after the call in flight, if any
+            stop_worker(self.conn, self.proc)
 
 
 class EnvWorkerPool:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 import r2v_envs  # noqa: F401 - registers the envs
-from r2v_agents.drrn import MODEL_FILE, DRRN, DRRNArch, DRRNPolicy, save_drrn
+from r2v_agents.drrn import DRRN, MODEL_FILE, DRRNArch, DRRNPolicy, save_drrn
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
 from r2v_agents.runner import run as run_episodes
 from r2v_agents.shards import load_rows
@@ -132,16 +132,8 @@ class DRRNTrainer:
             self._local = self._local or LocalHost(EnvSlots(self.cfg.env_id, cfg.env_kwargs, self.cfg.max_steps))
             drive([self._local], policy, ctx, next_episode, on_finish)
         else:
-            hosts, ok = WorkerPool.take(cfg, min(self.cfg.workers, n)), False
-            try:
+            with WorkerPool.borrow(cfg, min(self.cfg.workers, n)) as hosts:
                 drive(hosts, policy, ctx, next_episode, on_finish)
-                ok = True
-            finally:
-                if ok:
-                    WorkerPool.give_back(cfg, hosts)
-                else:  # a worker may still owe a reply: never reuse it
-                    for h in hosts:
-                        h.close()
         return [records[i] for i in range(n)]
 
     # ------------------------------------------------------------------------------------------- learning

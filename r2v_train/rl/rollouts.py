@@ -164,17 +164,8 @@ class GroupCollector:
             self._local = self._local or LocalHost(EnvSlots(self.env_id, self.env_kwargs, self.max_steps))
             drive([self._local], policy, run, next_episode, on_finish)
         else:
-            hosts = WorkerPool.take(cfg, min(self.workers, len(starts)))
-            ok = False
-            try:
+            with WorkerPool.borrow(cfg, min(self.workers, len(starts))) as hosts:
                 drive(hosts, policy, run, next_episode, on_finish)
-                ok = True
-            finally:
-                if ok:
-                    WorkerPool.give_back(cfg, hosts)
-                else:  # a worker may still owe a reply: never reuse it
-                    for h in hosts:
-                        h.close()
         # the episodes' last infos hold what the runner's records leave out (the game's max score)
         ground = ExecutedTokens(tokenizer, action_style(self.env_id))
         return [_played(records[i], queue[i].info, starts[i], replicas[i], ground) for i in range(len(starts))]
