@@ -155,7 +155,7 @@ def test_inspect_eval_command_line(local_model, tmp_path, task):
            "-T", f"tasks=[{TASKS[0]},{TASKS[1]}]", "-T", f"max_steps={MAX_STEPS}", "--log-dir", str(tmp_path),
            "--display", "none"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, _why(done, tmp_path)
     (info,) = list_eval_logs(str(tmp_path))
     log = read_eval_log(info)
     # the registered name, or the file form's bare function name
@@ -164,6 +164,17 @@ def test_inspect_eval_command_line(local_model, tmp_path, task):
     assert sorted(s.id for s in log.samples) == sorted(f"{t}@{z}" for t in TASKS[:2] for z in SEEDS)
     assert all(s.scores["env_outcome"].value in (0.0, 1.0) for s in log.samples)
     assert "accuracy" in log.results.scores[0].metrics
+
+
+def _why(done: subprocess.CompletedProcess, log_dir) -> str:
+    """What a failed ``inspect eval`` said: ``--display none`` keeps stderr empty, so the log's own error too."""
+    errors = []
+    for info in list_eval_logs(str(log_dir)):
+        log = read_eval_log(info)
+        error = log.error
+        errors.append(f"{log.status}: {error.message}\n{error.traceback}" if error else log.status)
+    return (f"exit {done.returncode}\nstderr: {done.stderr[-2000:]}\nstdout: {done.stdout[-1000:]}\n"
+            f"logs: {errors or 'none'}")
 
 
 class QuietFiles(SimpleHTTPRequestHandler):
