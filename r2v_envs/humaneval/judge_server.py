@@ -284,6 +284,8 @@ def sweep() -> None:
     if not marker:
         return
     needle = f"R2V_SANDBOX_RUN={marker}".encode()
+    # r2v_envs.sandbox.processes.kill_marked's sweep, restated: this file runs as `python -I -c` source inside the
+    # sandbox, where r2v is not importable
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
             try:
