@@ -150,7 +150,11 @@ def _entry_point_installed() -> bool:
                                              "(pip install -e '.[inspect]') to register it")),
     "r2v/inspect_tasks.py@scripted"])  # Inspect's file form, which needs no entry point
 def test_inspect_eval_command_line(local_model, tmp_path, task):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # Inspect names a task "r2v/<name>" only when it sees r2v installed editable (PEP 610's direct_url.json). With the
+    # checkout on sys.path, importlib.metadata finds the checkout's own r2v.egg-info first (pip -e leaves one there,
+    # without direct_url.json), the task registers as bare "scripted" and "r2v/scripted" exits 1 silently. The
+    # console script, as a user runs it, does not put the working directory on sys.path: so neither does this test.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     cmd = ["inspect", "eval", task, "--model", MODEL, "-T", f"perturbations={SETTING}", "-T", "seed=[0,1]",
            "-T", f"tasks=[{TASKS[0]},{TASKS[1]}]", "-T", f"max_steps={MAX_STEPS}", "--log-dir", str(tmp_path),
            "--display", "none"]
