@@ -109,7 +109,7 @@ def write_cell(d: Path, rng, pool, tasks, seeds, method, max_steps, env="R2V/Tex
 
 def synthetic_pipeline(out: Path, pool, args: Args) -> Path:
     from r2v_eval.stats import pareto_front
-    from r2v_train.evaluation.methods import run_metrics
+    from r2v_eval.cells import sr_metrics
     from r2v_train.evaluation.report import write_report
 
     rng = np.random.default_rng(args.seed)
@@ -123,14 +123,14 @@ def synthetic_pipeline(out: Path, pool, args: Args) -> Path:
         res["conditions"][cond], res["runs"][cond] = {}, {}
         for m in METHODS:
             write_cell(ev / "runs" / cond / m, rng, pool, tasks, seeds, m, args.max_steps)
-            res["conditions"][cond][m] = run_metrics(ev / "runs" / cond / m)
+            res["conditions"][cond][m] = sr_metrics(ev / "runs" / cond / m)
             res["runs"][cond][m] = f"runs/{cond}/{m}"
     res["sweeps"] = {"heuristic": []}
     for tau in (0.1, 0.2, 0.3):
         d = ev / "runs" / "composite" / f"heuristic@{tau:g}"
         write_cell(d, rng, pool, tasks, (0, 1), f"heuristic@{tau:g}", args.max_steps)
         res["sweeps"]["heuristic"].append({"threshold": tau, "run": f"runs/composite/heuristic@{tau:g}",
-                                           **run_metrics(d)})
+                                           **sr_metrics(d)})
     main = res["conditions"]["composite"]
     res["pareto"] = pareto_front({m: (c["llm_pct"], c["sr"]) for m, c in main.items() if m != "oracle"})
     (ev / "results.json").write_text(json.dumps(res))

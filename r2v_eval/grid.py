@@ -5,7 +5,7 @@ tasks x seeds grid, so a cell is resumable, parallel (``workers``, Ray backend) 
 worker counts exactly as the runner guarantees. Episodes that could not be run (an agent's infrastructure
 failure after its own retries, or an env/sandbox fault: a non-null ``error``) are rerun in up to
 ``episode_retries`` passes into ``<cell>/retry-<k>`` after an exponential pause; the last attempt of an
-episode is the one that counts (:func:`r2v_eval.robustness.cell_episodes`). ``<out>/manifest.json`` records the
+episode is the one that counts (:mod:`r2v_eval.cells`, the rule Table 1 uses too). ``<out>/manifest.json`` records the
 agent, the grid, package versions and the git revision.
 
 Example:
@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import r2v_envs  # noqa: F401 - registers the envs
-from r2v_agents.runner import RunConfig, run
+from r2v_agents.runner import RunConfig
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_envs.perturbations.composite import parse_perturbations
 from r2v_envs.provenance import git_revision, package_versions
-from r2v_eval.robustness import cell_episodes, env_slug
+from r2v_eval.cells import run_cell
+from r2v_eval.robustness import env_slug
 
 PERTURBATION_SETTINGS = ("none", "flaky", "partial", "distractor", "injection", "composite")
 MANIFEST = "manifest.json"
@@ -167,21 +168,8 @@ def run_grid(policy: Any, name: str, grid: GridConfig, out_dir: str | os.PathLik
         if grid.progress:
             print(f"[{i + 1}/{len(cells)}] {env_id} / {setting.name}: {len(tasks)} tasks x {len(grid.seeds)} seeds",
                   file=sys.stderr)
-        s = run(policy, _run_config(grid, env_id, setting, cdir, tasks, grid.seeds, concurrency), policy_name=name)
-        reruns = 0
-        for k in range(1, grid.episode_retries + 1):
-            failed = [(e["task_id"], e["z"]) for e in cell_episodes(cdir).values() if e["error"] is not None]
-            if not failed:
-                break
-            if not (cdir / f"retry-{k}").exists():  # a resumed pass has nothing to wait for
-                time.sleep(grid.retry_backoff_s * 2 ** (k - 1))
-            if grid.progress:
-                print(f"  retry pass {k}: {len(failed)} episode(s) that could not be run", file=sys.stderr)
-            for z in sorted({z for _, z in failed}):
-                ts = tuple(t for t, zz in failed if zz == z)
-                r = run(policy, _run_config(grid, env_id, setting, cdir / f"retry-{k}", ts, (z,), concurrency),
-                        policy_name=name)
-                reruns += r.episodes
+        s, reruns = run_cell(policy, name, _run_config(grid, env_id, setting, cdir, tasks, grid.seeds, concurrency),
+                             grid.episode_retries, grid.retry_backoff_s)
         summaries[f"{env_id}/{setting.name}"] = {**asdict(s), "episode_reruns": reruns}
     return summaries
 

@@ -31,8 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,45 +40,16 @@ import numpy as np
 
 from r2v_agents.grounding import GROUNDING_KINDS, is_invalid
 from r2v_agents.shards import load_rows
-from r2v_eval.stats import episode_metrics, paired_bootstrap
+from r2v_eval.cells import cell_episodes, failed_request_retries, outcomes, paired, scored, sr_metrics
 
 CLEAN = "none"
-_INFRA = re.compile(r"^infra:(\w+): (\d+) attempts?; ")
 NON_EXACT = frozenset(GROUNDING_KINDS) - {"exact"}
 """Grounding kinds where the model did not name an action exactly (``likelihood`` choices name one by design)."""
-EPISODE_COLUMNS = ["episode_id", "benchmark", "task_id", "z", "success", "steps", "return", "teacher_calls", "cost",
-                   "error"]
 
 
 def env_slug(env_id: str) -> str:
     """An env id as a directory name (``R2V/TextWorld-v0`` -> ``R2V_TextWorld-v0``)."""
     return env_id.replace("/", "_").replace(":", "_")
-
-
-def attempt_dirs(cell: str | os.PathLike) -> list[Path]:
-    """The runner directories of a cell: the main run, then its retry passes in order."""
-    cell = Path(cell)
-    retries = sorted((p for p in cell.glob("retry-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[1]))
-    return [cell, *retries]
-
-
-def cell_episodes(cell: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """``episode_id -> episode row`` of a cell, the last attempt of each episode winning, with ``attempts``
-    (how many times it ran) and ``dir`` (the runner directory of the attempt that counts)."""
-    out: dict[str, dict[str, Any]] = {}
-    for d in attempt_dirs(cell):
-        for row in load_rows(d, "episodes", columns=EPISODE_COLUMNS):
-            prev = out.get(row["episode_id"])
-            out[row["episode_id"]] = {**row, "attempts": (prev["attempts"] if prev else 0) + 1, "dir": str(d)}
-    return out
-
-
-def failure_kind(error: str | None) -> str | None:
-    """``None`` for an episode that ran, else the kind of failure that stopped it (``infra:<kind>`` or ``env``)."""
-    if error is None:
-        return None
-    m = _INFRA.match(error) or re.match(r"^infra:(\w+)", error)
-    return f"infra:{m.group(1)}" if m else "env"
 
 
 def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
@@ -114,9 +84,8 @@ def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
                 acc["judged"] += 1
                 acc["invalid"] += bad
     for e in episodes.values():  # the retries of the request that finally failed are in the error text
-        m = _INFRA.match(e["error"] or "")
-        if m:
-            out[e["episode_id"]]["retries"] += int(m.group(2)) - 1
+        if retried := failed_request_retries(e["error"]):
+            out[e["episode_id"]]["retries"] += retried
     return out
 
 
@@ -134,22 +103,18 @@ def pass_hat_k(successes: Sequence[int], n: int, k: int) -> float:
 
 
 def cell_metrics(cell: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Every metric of one cell (module docstring); SR fields are None when no episode could be run."""
+    """Every metric of one cell (module docstring): :func:`r2v_eval.cells.sr_metrics` (the one SR rule) and the
+    robustness columns; SR fields are None when no episode could be run."""
     eps = cell_episodes(cell)
     meta = _step_meta(eps)
-    kinds = Counter(k for e in eps.values() if (k := failure_kind(e["error"])) is not None)
-    ran = {k: e for k, e in eps.items() if e["error"] is None}
     out: dict[str, Any] = {
-        "episodes": len(eps), "scored": len(ran), "not_run": sum(kinds.values()),
-        "not_run_by_kind": dict(sorted(kinds.items())),
+        **sr_metrics(cell, n_boot, seed, episodes=eps),
         "request_retries": int(sum(m["retries"] for m in meta.values())),
         "episode_reruns": int(sum(e["attempts"] - 1 for e in eps.values())),
         "benchmark": next((e["benchmark"] for e in eps.values()), None),
-        "sr": None, "sr_ci": None, "pass_k": {}, "seed_sr": {}, "worst_seed": None}
-    if ran:
-        r = sorted(ran.values(), key=lambda e: e["episode_id"])
-        b = episode_metrics(r, n_boot, seed)
-        out.update(sr=b["sr"], sr_ci=b["sr_ci"], llm_pct=b["llm_pct"], llm_pct_ci=b["llm_pct_ci"])
+        "pass_k": {}, "seed_sr": {}, "worst_seed": None}
+    r = scored(eps)
+    if r:
         by_seed: dict[int, list[bool]] = defaultdict(list)
         by_task: dict[str, list[bool]] = defaultdict(list)
         for e in r:
@@ -176,20 +141,11 @@ def cell_metrics(cell: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> 
     return out
 
 
-def outcomes(cell: str | os.PathLike) -> dict[str, tuple[float, int, int]]:
-    """``episode_id -> (success, steps, teacher steps)`` of the episodes of a cell that ran (paired comparisons)."""
-    return {k: (float(e["success"]), int(e["steps"]), int(e["teacher_calls"]))
-            for k, e in cell_episodes(cell).items() if e["error"] is None}
-
-
 def paired_drop(a: Mapping[str, tuple[float, int, int]], b: Mapping[str, tuple[float, int, int]],
                 n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
     """SR of ``a`` minus SR of ``b`` (points) over the episodes both ran, with a paired bootstrap CI."""
-    common = sorted(set(a) & set(b))
-    if not common:
-        return None
-    d = paired_bootstrap({k: a[k] for k in common}, {k: b[k] for k in common}, n_boot, seed)
-    return {"episodes": d["episodes"], "sr_diff": d["sr_diff"], "sr_diff_ci": d["sr_diff_ci"]}
+    d = paired(a, b, n_boot, seed)
+    return d and {"episodes": d["episodes"], "sr_diff": d["sr_diff"], "sr_diff_ci": d["sr_diff_ci"]}
 
 
 def cells_of(out_dir: str | os.PathLike) -> list[tuple[str, str, Path]]:

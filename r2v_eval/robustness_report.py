@@ -18,7 +18,8 @@ from typing import Any
 
 from r2v_agents.shards import load_rows
 from r2v_envs.fileio import write_json_atomic
-from r2v_eval.robustness import CLEAN, cell_episodes, cells_of, compare, summarise
+from r2v_eval.cells import cell_episodes
+from r2v_eval.robustness import CLEAN, cells_of, compare, summarise
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"

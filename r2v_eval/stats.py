@@ -15,13 +15,11 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from r2v_agents.shards import load_rows
 
 
 def bootstrap_episodes(success: np.ndarray, steps: np.ndarray, teacher_steps: np.ndarray, n_boot: int = 1000,
@@ -113,12 +111,6 @@ def difference_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 1
     yb = y[rng.integers(0, len(y), size=(n_boot, len(y)))].mean(axis=1)
     k = 100 if percent else 1
     return {"episodes": [len(x), len(y)], "diff": float((x.mean() - y.mean()) * k), "diff_ci": _ci95((xb - yb) * k)}
-
-
-def episode_outcomes(run_dir: str | os.PathLike) -> dict[str, tuple[float, int, int]]:
-    """``episode_id -> (success, steps, teacher steps)`` of a runner directory."""
-    rows = load_rows(run_dir, "episodes", columns=["episode_id", "success", "steps", "teacher_calls"])
-    return {r["episode_id"]: (float(r["success"]), int(r["steps"]), int(r["teacher_calls"])) for r in rows}
 
 
 def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:

@@ -11,7 +11,7 @@ Three layouts are recognised (:func:`detect`):
 
 Every number in the summary comes from the run's own ``results.json`` (computed from its shards by
 :mod:`r2v_eval.robustness` or the pipeline's evaluation); the episode list comes from the episode shards, the last
-attempt of an episode winning (:func:`r2v_eval.robustness.cell_episodes`).
+attempt of an episode winning (:func:`r2v_eval.cells.cell_episodes`).
 
 Example:
     >>> pct(41.234), ci([41.234, 60.0]), pct(None)
@@ -30,7 +30,8 @@ from typing import Any
 
 from r2v_agents.runner import RUN_FILE
 from r2v_agents.shards import shard_files
-from r2v_eval.robustness import cell_episodes, cells_of, failure_kind
+from r2v_eval.cells import cell_episodes, failure_kind
+from r2v_eval.robustness import cells_of
 
 EPISODE_COLUMNS = ("cell", "episode_id", "benchmark", "task_id", "z", "success", "steps", "teacher_calls", "cost",
                    "not_run", "error", "attempts")

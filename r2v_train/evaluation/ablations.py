@@ -38,7 +38,8 @@ from r2v_agents.routers import MLPRouter
 from r2v_agents.shards import load_rows, load_table
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
-from r2v_train.evaluation.methods import Agents, EvalConfig, build_routers, make_policy, run_method, run_metrics
+from r2v_eval.cells import sr_metrics
+from r2v_train.evaluation.methods import Agents, EvalConfig, build_routers, make_policy, run_method
 from r2v_train.router.config import ROUTER_FILE, RouterTrainConfig
 from r2v_train.router.data import RouterData
 from r2v_train.router.settings import train_variant
@@ -56,7 +57,7 @@ def _main_condition(cfg: EvalConfig) -> tuple[str, Any]:
 
 
 def _row(setting: str, run_dir: str | os.PathLike, cfg: EvalConfig, **extra: Any) -> dict[str, Any]:
-    m = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
+    m = sr_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
     return {"setting": setting, "SR": m["sr"], "SR CI": m["sr_ci"], "LLM%": m["llm_pct"],
             "LLM% CI": m["llm_pct_ci"], **extra, "episodes": m["episodes"], "run_dir": os.fspath(run_dir)}
 
@@ -214,7 +215,7 @@ def ablate_consistency(agents: Agents, cfg: EvalConfig, run_dir: str | os.PathLi
         base = ablation_point_dir(run_dir, "consistency", f"lam{lam:g}")
         a = replace(agents, slm=retrain(float(lam), os.fspath(base / "dpo")))
         run_method(make_policy("slm", a, routers, None, cfg), "slm", cfg, spec, base / "slm")
-        slm = run_metrics(base / "slm", cfg.bootstrap, cfg.bootstrap_seed)
+        slm = sr_metrics(base / "slm", cfg.bootstrap, cfg.bootstrap_seed)
         if "r2v" in routers:
             run_method(make_policy("r2v", a, routers, None, cfg), "r2v", cfg, spec, base / "r2v")
             rows.append(_row(f"lambda_cons={lam:g}", base / "r2v", cfg, **{"SLM-only SR": slm["sr"]}))

@@ -14,9 +14,11 @@ perturbation type alone:
   so ``slm`` always runs first;
 * ``llm``: the teacher alone.
 
-Each (condition, method) cell is one runner directory ``<out>/runs/<condition>/<method>`` (resumable). Metrics
-are computed from the episode shards only: SR = mean episode success, LLM% = teacher steps / all steps (the
-runner counts a step as a teacher step when its ``source`` is "teacher" or "oracle"). 95% CIs are percentile
+Each (condition, method) cell is one runner directory ``<out>/runs/<condition>/<method>`` (resumable) with its
+retry passes, counted by the one rule of every evaluation (:mod:`r2v_eval.cells`: the last attempt counts, an episode
+that could not be run is left out and counted in ``not_run``), so ``r2v eval`` of the same agent on the same episodes
+gives the same SR. Metrics are computed from the episode shards only: SR = mean episode success, LLM% = teacher steps
+/ all steps (the runner counts a step as a teacher step when its ``source`` is "teacher" or "oracle"). 95% CIs are percentile
 bootstrap intervals over episodes (resampled with a fixed seed; LLM% as a ratio of resampled sums). Router
 calibration (ECE, Brier, reliability bins; Table 6 columns) is measured on the validation router rows
 (f_t, y_t) of SLM-only rollouts. Everything lands in ``<out>/results.json``, which the report renders.
@@ -43,11 +45,11 @@ import numpy as np
 import r2v_envs  # noqa: F401
 from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, OracleRouter
-from r2v_agents.runner import RunConfig, run
-from r2v_agents.shards import load_rows
+from r2v_agents.runner import RunConfig
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
-from r2v_eval.stats import episode_metrics, episode_outcomes, paired_bootstrap, pareto_front
+from r2v_eval.cells import outcomes, paired, run_cell, sr_metrics
+from r2v_eval.stats import pareto_front
 from r2v_train.router import calibration
 from r2v_train.router.data import RouterData
 from r2v_train.run_dir import RESULTS_FILE, cell_dir
@@ -85,6 +87,10 @@ class EvalConfig:
     """episode step cap; None keeps the env's"""
     workers: int = 0
     """env worker processes of the runner"""
+    episode_retries: int = 1
+    """passes that rerun episodes which could not be run (infrastructure or env faults), as ``r2v eval`` does"""
+    retry_backoff_s: float = 2.0
+    """pause before the first retry pass; doubles each pass"""
     budget_per_episode: int | None = None
     """teacher-query cap per episode for the routed methods"""
     heuristic_threshold: float | None = None
@@ -151,13 +157,6 @@ class Agents:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-def run_metrics(run_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """SR / LLM% with CIs from a runner directory's episode shards."""
-
-    return episode_metrics(load_rows(run_dir, "episodes", columns=["success", "steps", "teacher_calls", "cost"]),
-                           n_boot, seed)
-
-
 def calibration_metrics(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """ECE, Brier and the reliability bins of failure probabilities ``p`` against labels ``y``."""
 
@@ -238,7 +237,7 @@ def run_method(policy: Any, name: str, cfg: EvalConfig, spec: Any, out_dir: str 
     cfg_run = RunConfig(cfg.env_id, os.fspath(out_dir), task_ids=task_ids(cfg), seeds=seeds, split=cfg.split,
                         env_kwargs={**cfg.env_kwargs, "perturbations": spec}, max_steps=cfg.max_steps,
                         workers=cfg.workers, progress=cfg.progress)
-    run(policy, cfg_run, policy_name=name)
+    run_cell(policy, name, cfg_run, cfg.episode_retries, cfg.retry_backoff_s)
     return os.fspath(out_dir)
 
 
@@ -271,13 +270,13 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
             run_dir = cell_dir(out, cond, method)
             policy = make_policy(method, agents, routers, dirs.get("slm"), cfg)
             dirs[method] = run_method(policy, method, cfg, spec, run_dir, cfg.seeds_for(cond))
-            cells[method] = run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
+            cells[method] = sr_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
         results["conditions"][cond] = cells
         results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}
     main_dirs = results["runs"][results["main_condition"]]
     if "r2v" in main_dirs:  # R2V against each other method on the same episodes
-        r2v = episode_outcomes(out / main_dirs["r2v"])
-        results["paired"] = {m: paired_bootstrap(r2v, episode_outcomes(out / d), cfg.bootstrap, cfg.bootstrap_seed)
+        r2v = outcomes(out / main_dirs["r2v"])
+        results["paired"] = {m: paired(r2v, outcomes(out / d), cfg.bootstrap, cfg.bootstrap_seed)
                              for m, d in main_dirs.items() if m != "r2v"}
     sweeps = {m: taus for m, taus in (("heuristic", cfg.heuristic_sweep), ("entropy", cfg.entropy_sweep))
               if taus and m in cfg.methods}
@@ -306,7 +305,7 @@ def threshold_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig,
         run_dir = cell_dir(out, cond, f"{method}@{tau:g}")
         run_method(make_policy(method, agents, swept, None, cfg), f"{method}@{tau:g}", cfg, spec, run_dir)
         rows.append({"threshold": tau, "run": os.path.relpath(run_dir, out),
-                     **run_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)})
+                     **sr_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)})
     return rows
 
 

@@ -37,7 +37,7 @@ from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, Router
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
-from r2v_eval.stats import episode_outcomes, paired_bootstrap
+from r2v_eval.cells import outcomes, paired, sr_metrics
 from r2v_train.chain.stages import STAGES, run_chain
 from r2v_train.evaluation.methods import (
     Agents,
@@ -46,7 +46,6 @@ from r2v_train.evaluation.methods import (
     evaluate,
     load_results,
     run_method,
-    run_metrics,
 )
 from r2v_train.router.counterfactual import CounterfactualConfig, StepOracleRouter, counterfactual_labels
 from r2v_train.router.data import RouterData
@@ -127,8 +126,8 @@ class StudyConfig:
 
 
 def _paired(out: Path, run_dir: Path, runs: Mapping[str, str], cfg: EvalConfig) -> dict[str, Any]:
-    a = episode_outcomes(run_dir)
-    return {m: paired_bootstrap(a, episode_outcomes(out / runs[m]), cfg.bootstrap, cfg.bootstrap_seed)
+    a = outcomes(run_dir)
+    return {m: paired(a, outcomes(out / runs[m]), cfg.bootstrap, cfg.bootstrap_seed)
             for m in ("heuristic", "entropy", "oracle", "llm") if m in runs}
 
 
@@ -156,7 +155,7 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
         router = StepOracleRouter.from_labels(sources["test"], cf_dirs["test"])
         d = cell_dir(out, cond, "cf_oracle")
         run_method(RoutedPolicy(agents.slm(), agents.teacher(), router), "cf_oracle", ev, spec, d)
-        rows["cf_oracle"] = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
+        rows["cf_oracle"] = {**sr_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
                              "rescued_rollouts": len(router.rescue), "paired": _paired(out, d, runs, ev)}
     for name, overrides in study.variants.items():
         rows[f"r2v@{name}"] = _variant_row(chain, agents, ev, name, overrides, run_dir, out, cf_dirs,
@@ -206,10 +205,9 @@ def _matched_rows(router: Router, cfg: Any, valid_dir: str, a: Agents, ev: EvalC
         dm = cell_dir(out, cond, cell)
         run_method(RoutedPolicy(a.slm(), a.teacher(), r, budget_per_episode=ev.budget_per_episode), cell, ev, spec,
                    dm)
-        rows[m] = {**run_metrics(dm, ev.bootstrap, ev.bootstrap_seed), "threshold": r.threshold,
+        rows[m] = {**sr_metrics(dm, ev.bootstrap, ev.bootstrap_seed), "threshold": r.threshold,
                    "run": os.path.relpath(dm, out),
-                   "paired": paired_bootstrap(episode_outcomes(d), episode_outcomes(dm), ev.bootstrap,
-                                              ev.bootstrap_seed)}
+                   "paired": paired(outcomes(d), outcomes(dm), ev.bootstrap, ev.bootstrap_seed)}
     return rows
 
 
@@ -230,7 +228,7 @@ def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, override
     run_method(RoutedPolicy(a.slm(), a.teacher(), router, budget_per_episode=ev.budget_per_episode), f"r2v@{name}",
                ev, spec, d)
     v = metrics["valid"]
-    row = {**run_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
+    row = {**sr_metrics(d, ev.bootstrap, ev.bootstrap_seed), "run": os.path.relpath(d, out),
            "overrides": dict(overrides), "threshold": metrics["threshold"], "lambda": metrics["lambda"],
            "valid_ece": v["ece"], "valid_brier": v["brier"], "valid_escalation": v["escalation_rate"],
            "valid_rows": v["n"], "paired": _paired(out, d, runs, ev)}
@@ -331,18 +329,18 @@ def match_on_test_sr(run_dir: str | os.PathLike, condition: str, slack: float = 
     reps = repeat_dirs(run_dir)
     per_rep = [[d for d in sorted((conditions_dir(eval_dir(rep)) / condition).glob("*")) if list(d.glob("episodes-*.parquet"))]
                for rep in reps]
-    cells = {d: run_metrics(d, n_boot, seed) for dirs in per_rep for d in dirs}
+    cells = {d: sr_metrics(d, n_boot, seed) for dirs in per_rep for d in dirs}
     pool = {b: [d for d in cells if d.name == b or d.name.startswith(b + "@")] for b in BASELINES}
     rows: dict[str, list[Any]] = {}
     for i, dirs in enumerate(per_rep):
         for d in (d for d in dirs if d.name.split("@")[0] == "r2v"):
-            ours, entry = episode_outcomes(d), {"repeat": i, "sr": cells[d]["sr"], "llm_pct": cells[d]["llm_pct"]}
+            ours, entry = outcomes(d), {"repeat": i, "sr": cells[d]["sr"], "llm_pct": cells[d]["llm_pct"]}
             for b, cands in pool.items():
                 best = cheapest_within(cands, cells[d]["sr"], slack, cell=cells.__getitem__)
                 entry[b] = None if best is None else {
                     "cell": best.name, "run": os.path.relpath(best, run_dir), "sr": cells[best]["sr"],
                     "llm_pct": cells[best]["llm_pct"],
-                    "paired": paired_bootstrap(ours, episode_outcomes(best), n_boot, seed)}
+                    "paired": paired(ours, outcomes(best), n_boot, seed)}
             rows.setdefault(d.name, []).append(entry)
     out = {"condition": condition, "slack": slack, "rows": rows}
     write_json_atomic(eval_dir(run_dir) / MATCHED_FILE, out)

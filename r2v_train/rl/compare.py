@@ -1,5 +1,5 @@
 """An RL run against its source run on the same test episodes: per condition and method, SR and LLM% of each, and
-their paired differences (RL minus source) with 95% bootstrap CIs (:func:`r2v_eval.stats.paired_bootstrap`).
+their paired differences (RL minus source) with 95% bootstrap CIs (:func:`r2v_eval.cells.paired`: over the episodes both scored).
 
 Both evaluations run the same (task, z) episodes (``r2v rl`` reuses the source run's evaluation config), so the
 differences are paired: the game-to-game spread that widens each method's own CI cancels.
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from r2v_eval.stats import episode_outcomes, paired_bootstrap
+from r2v_eval.cells import outcomes, paired
 from r2v_train.run_dir import cell_dir, results_file
 
 
@@ -38,12 +38,12 @@ def compare_runs(rl_eval: str | os.PathLike, source_eval: str | os.PathLike, n_b
             base = src["conditions"].get(cond, {}).get(method)
             if base is None or "@" in method:
                 continue
-            a = episode_outcomes(cell_dir(rl_eval, cond, method))
-            b = episode_outcomes(cell_dir(source_eval, cond, method))
-            if set(a) != set(b):
+            a = outcomes(cell_dir(rl_eval, cond, method))
+            b = outcomes(cell_dir(source_eval, cond, method))
+            d = paired(a, b, n_boot=n_boot, seed=seed)
+            if d is None:
                 continue
-            out.setdefault(cond, {})[method] = {"rl": cell, "source": base,
-                                                "paired": paired_bootstrap(a, b, n_boot=n_boot, seed=seed)}
+            out.setdefault(cond, {})[method] = {"rl": cell, "source": base, "paired": d}
     return out
 
 

@@ -23,7 +23,8 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers import verifier_for
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.robustness import cell_episodes, cell_metrics
+from r2v_eval.cells import cell_episodes
+from r2v_eval.robustness import cell_metrics
 from r2v_train.chain import collect
 from r2v_train.chain.saving import bf16_default, cuda_available, use_checkpointing
 from r2v_train.chain.stages import ChainConfig

@@ -29,7 +29,8 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.tiny import build_tiny_model, env_corpus, train_tokenizer
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.robustness import cell_episodes, cell_metrics
+from r2v_eval.cells import cell_episodes
+from r2v_eval.robustness import cell_metrics
 from r2v_train.chain import collect
 from r2v_train.rl.config import RLConfig
 from r2v_train.rl.curve import LearningCurve

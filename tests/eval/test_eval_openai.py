@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from r2v_agents.shards import load_rows  # noqa: E402
 from r2v_eval.agents import AgentOptions  # noqa: E402
 from r2v_eval.cli import EvalArgs, evaluate  # noqa: E402
-from r2v_eval.robustness import attempt_dirs  # noqa: E402
+from r2v_eval.cells import attempt_dirs  # noqa: E402
 from r2v_train.evaluation.report import parse_markdown_table  # noqa: E402
 from tests.support.openai_server import ChatServer, train_scripted_chat_model  # noqa: E402
 

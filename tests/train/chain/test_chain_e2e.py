@@ -72,20 +72,29 @@ def test_rerun_skips_and_removed_outputs_rerun_downstream(chain):
     assert {s: read_marker(run_dir, s)["run_id"] for s in STAGES[:6]} == {s: ids[s] for s in STAGES[:6]}
 
 
-def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_shards(chain):
-    """`r2v pipeline --config miniature.yaml` on the finished chain (same tiny preset): the chain stages are
-    reused, the six methods are evaluated, and the report gathers tables and plots that agree with the shards."""
+@pytest.fixture(scope="module")
+def miniature(chain):
+    """`r2v pipeline --config miniature.yaml` on the finished chain (same tiny preset): ``(run dir, summary)``."""
     from pathlib import Path
 
     from r2v_train.config import CONFIG_DIR, load_config
-    from r2v_train.evaluation.methods import METHODS
     from r2v_train.pipeline import run_pipeline
-    from tests.support.eval_runs import assert_report_matches_shards
 
     run_dir = Path(chain[0])
     cfg = load_config(CONFIG_DIR / "miniature.yaml")
     assert cfg.chain == tiny_config()
-    summary = run_pipeline(cfg, run_dir)
+    return run_dir, run_pipeline(cfg, run_dir)
+
+
+def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_shards(miniature):
+    """The miniature pipeline reuses the chain stages, evaluates the six methods, and its report gathers tables and
+    plots that agree with the shards."""
+    from pathlib import Path
+
+    from r2v_train.evaluation.methods import METHODS
+    from tests.support.eval_runs import assert_report_matches_shards
+
+    run_dir, summary = miniature
     results = json.load(open(run_dir / "eval" / "results.json"))
     assert results["methods"] == list(METHODS) and set(results["conditions"]) == {"composite", "flaky"}
     from r2v_agents.shards import load_rows
@@ -111,3 +120,29 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
 
     write_report(run_dir)  # re-rendered later (r2v report, an ablation): the run's timings stay
     assert report.read_text() == text
+
+
+@pytest.mark.parametrize("method", ["slm", "r2v"])
+def test_r2v_eval_and_the_pipeline_give_the_same_episodes_and_sr(miniature, method, tmp_path):
+    """One agent, one SR: ``r2v eval --agent slm:RUN`` (``r2v:RUN``) on the pipeline's own grid plays the episodes of
+    Table 1's SLM-only (R2V) cell move for move, and both count them by the one rule (:mod:`r2v_eval.cells`)."""
+    from r2v_eval.cells import outcomes, sr_metrics
+    from r2v_eval.cli import main as eval_main
+
+    run_dir, _ = miniature
+    results = json.load(open(run_dir / "eval" / "results.json"))
+    ev, cond = results["config"], results["main_condition"]
+    out = tmp_path / "eval"
+    eval_main(["--agent", f"{method}:{run_dir}", "--envs", ev["env_id"], "--env-kwargs", json.dumps(ev["env_kwargs"]),
+               "--perturbations", cond, "--seeds", *map(str, ev["seeds"]), "--split", ev["split"],
+               "--tasks", str(ev["max_tasks"]), "--max-steps", str(ev["max_steps"]), "--bootstrap", str(ev["bootstrap"]),
+               "--out", str(out), "--no-progress"])
+    (cell,) = json.load(open(out / "results.json"))["cells"]
+    pipeline_cell = run_dir / "eval" / results["runs"][cond][method]
+    mine, theirs = outcomes(out / cell["run_dir"]), outcomes(pipeline_cell)
+    assert len(mine) == ev["max_tasks"] * len(ev["seeds"]) and mine == theirs  # (success, steps, teacher steps)
+    table1 = results["conditions"][cond][method]
+    assert cell["sr"] == table1["sr"] == sr_metrics(pipeline_cell, ev["bootstrap"])["sr"]
+    assert cell["sr_ci"] == table1["sr_ci"] and cell["scored"] == table1["scored"]
+    if method == "r2v":  # the routed agent asked its teacher: the comparison covers the router and the teacher too
+        assert sum(t for _, _, t in mine.values()) > 0 and cell["llm_pct"] == table1["llm_pct"]

@@ -74,14 +74,19 @@ def test_every_method_and_condition_is_run_and_matches_its_shards(evaluated):
     assert paired["slm"]["llm_pct_diff_ci"][0] > 0 > paired["llm"]["llm_pct_diff_ci"][1]
 
 
-def test_paired_bootstrap_needs_the_same_episodes():
-    from r2v_train.evaluation.methods import paired_bootstrap
+def test_paired_bootstrap_needs_the_same_episodes_and_paired_takes_those_both_scored():
+    from r2v_eval.cells import paired
+    from r2v_eval.stats import paired_bootstrap
 
     a = {"e1": (1.0, 3, 1), "e2": (0.0, 5, 0)}
     same = paired_bootstrap(a, a, n_boot=100)
     assert same["sr_diff"] == same["llm_pct_diff"] == 0 and same["llm_pct_diff_ci"] == [0.0, 0.0]
     with pytest.raises(ValueError, match="same episodes"):
         paired_bootstrap(a, {"e1": (1.0, 3, 1)})
+    # an episode one cell could not run (left out of its outcomes) is left out of the pair
+    d = paired(a, {"e1": (0.0, 3, 0), "e3": (1.0, 2, 0)}, n_boot=100)
+    assert d["episodes"] == 1 and d["sr_diff"] == 100.0
+    assert paired(a, {"e3": (1.0, 2, 0)}) is None
 
 
 def test_oracle_escalates_exactly_the_failed_slm_rollouts(evaluated):
@@ -104,11 +109,17 @@ def test_router_calibration_on_validation(evaluated):
 
 def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
     tmp, results = evaluated
-    import r2v_train.evaluation.methods as evaluation  # the module that calls the runner
+    import r2v_eval.cells as cells  # the module that calls the runner for every cell
 
     seen = []
-    real = evaluation.run
-    monkeypatch.setattr(evaluation, "run", lambda *a, **k: seen.append(real(*a, **k).episodes))
+    real = cells.run
+
+    def counted(*a, **k):
+        summary = real(*a, **k)
+        seen.append(summary.episodes)
+        return summary
+
+    monkeypatch.setattr(cells, "run", counted)
     again = evaluate(make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid")),
                      eval_config(), tmp / "eval")
     assert seen and not any(seen)

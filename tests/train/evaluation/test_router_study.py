@@ -201,7 +201,7 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
     from types import SimpleNamespace
 
     from r2v_agents.routers import EntropyRouter, HeuristicRouter
-    from r2v_eval.stats import episode_outcomes
+    from r2v_eval.cells import outcomes
     from r2v_train.evaluation.methods import evaluate
     from r2v_train.evaluation.report import study_tables
     from r2v_train.evaluation.study import _variant_row
@@ -218,7 +218,7 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
     mine = MLPRouter.load(tmp_path / "router_variants" / "eager" / "router" / "router.pt")
     recall = float(np.mean(mine.escalate(valid.features)[fails]))
     assert row["matched"]["recall"] == pytest.approx(recall) and 0 < recall
-    ours = episode_outcomes(tmp_path / "eval" / row["run"])
+    ours = outcomes(tmp_path / "eval" / row["run"])
     for name in ("heuristic", "entropy"):
         m = row["matched"][name]
         run_dir = tmp_path / "eval" / m["run"]
@@ -228,18 +228,18 @@ def test_a_setting_is_paired_with_baselines_fitted_to_its_own_recall(tmp_path, t
         assert np.mean(hit) >= recall - 1e-9  # reaches the setting's recall ...
         above = base.predict(valid.features)[fails] > m["threshold"]
         assert np.mean(above) < recall  # ... with the highest such threshold
-        theirs = episode_outcomes(run_dir)
+        theirs = outcomes(run_dir)
         sr = 100 * (np.mean([ours[e][0] for e in ours]) - np.mean([theirs[e][0] for e in ours]))
         assert m["paired"]["sr_diff"] == pytest.approx(sr)
     (tmp_path / "eval" / "variants.json").write_text(json.dumps({"condition": "composite", "counterfactual": {},
                                                                  "rows": {"r2v@eager": row}}))
     # matched on test SR: the cheapest baseline cell of the study no more than 2 SR points below the setting
-    from r2v_train.evaluation.methods import run_metrics
+    from r2v_eval.cells import sr_metrics
     from r2v_train.evaluation.study import match_on_test_sr
 
     m = match_on_test_sr(tmp_path, "composite")["rows"]["r2v@eager"][0]
     for name in ("heuristic", "entropy"):
-        cells = {d.name: run_metrics(d) for d in (tmp_path / "eval" / "runs" / "composite").glob(f"{name}*")}
+        cells = {d.name: sr_metrics(d) for d in (tmp_path / "eval" / "runs" / "composite").glob(f"{name}*")}
         ok = {c: x for c, x in cells.items() if x["sr"] >= row["sr"] - 2 - 1e-9}
         if not ok:
             assert m[name] is None
