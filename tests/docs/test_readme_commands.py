@@ -247,10 +247,17 @@ def test_documented_command_runs(command: str, tmp_path: Path, request: pytest.F
     mini = SHELL[command]
     if mini.games is not None:
         request.getfixturevalue("textworld_games")  # wait for the background generation
+    template = request.getfixturevalue("tiny_chain_template")[0] if mini.chain is not None else None
+    mini.check(*run_once(mini, tmp_path, template))
+
+
+def run_once(mini: Mini, tmp_path: Path, chain_template: Path | None = None) -> tuple[Path, str]:
+    """``(temporary directory, stdout)`` of a miniature, run once per test process; a miniature that starts from the
+    session's tiny chain (``mini.chain``) gets a copy of ``chain_template`` first. The chain's end-to-end tests read
+    the main job's miniature run through this too (tests/train/chain/test_chain_e2e.py): one run, not two."""
     if mini.chain is not None and id(mini) not in _DONE:
-        template, _ = request.getfixturevalue("tiny_chain_template")
-        shutil.copytree(template, tmp_path / mini.chain, symlinks=True)
-    mini.check(*_ran(mini, tmp_path))
+        shutil.copytree(chain_template, tmp_path / mini.chain, symlinks=True)
+    return _ran(mini, tmp_path)
 
 
 def _ran(mini: Mini, tmp_path: Path) -> tuple[Path, str]:

@@ -73,17 +73,18 @@ def test_rerun_skips_and_removed_outputs_rerun_downstream(chain):
 
 
 @pytest.fixture(scope="module")
-def miniature(chain):
-    """`r2v pipeline --config miniature.yaml` on the finished chain (same tiny preset): ``(run dir, summary)``."""
-    from pathlib import Path
-
+def miniature(tiny_chain_template, tmp_path_factory):
+    """The main job at its miniature size on a copy of the finished chain (the miniature config's chain is the tiny
+    preset, so its stages are reused): ``(run dir, summary)``. It is the README test's run of ``bash scripts/main.sh
+    --config r2v_train/configs/miniature.yaml ...`` (exit status checked there), made once for both."""
     from r2v_train.config import CONFIG_DIR, load_config
-    from r2v_train.pipeline import run_pipeline
+    from r2v_train.run_dir import pipeline_file
+    from tests.docs.test_readme_commands import MINIATURE_PIPELINE, run_once
 
-    run_dir = Path(chain[0])
-    cfg = load_config(CONFIG_DIR / "miniature.yaml")
-    assert cfg.chain == tiny_config()
-    return run_dir, run_pipeline(cfg, run_dir)
+    assert load_config(CONFIG_DIR / "miniature.yaml").chain == tiny_config()
+    tmp, _ = run_once(MINIATURE_PIPELINE, tmp_path_factory.mktemp("main-job"), tiny_chain_template[0])
+    run_dir = tmp / MINIATURE_PIPELINE.chain
+    return run_dir, json.loads(pipeline_file(run_dir).read_text())
 
 
 def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_shards(miniature):
