@@ -78,7 +78,7 @@ class PipelineConfig:
     chain: Any
     """the training chain's config (r2v_train.chain.stages.ChainConfig)"""
     evaluate: EvalConfig = field(default_factory=EvalConfig)
-    """evaluation of the six methods"""
+    """evaluation of the six methods (and the policy alone)"""
     ablations: tuple[str, ...] = ()
     """ablations to run after the evaluation: features, closed_source, cvar, consistency, cvar_scaled,
     cvar_deviation, feature_sets"""

@@ -1,8 +1,10 @@
-"""Sec. 5's evaluation of a training run: Table 1's six methods, the router study, the ablations and the report.
+"""Sec. 5's evaluation of a training run: Table 1's six methods (and the policy alone), the router study, the
+ablations and the report.
 
 Modules:
 
-* :mod:`~r2v_train.evaluation.methods`: the six methods through the shared runner, SR and LLM% with CIs;
+* :mod:`~r2v_train.evaluation.methods`: the six methods and the policy alone through the shared runner, SR and LLM%
+  with CIs;
 * :mod:`~r2v_train.evaluation.agents`: a run's parts, and the slm:/r2v: specs of r2v eval;
 * :mod:`~r2v_train.evaluation.study`: named router settings, the counterfactual oracle, repeats;
 * :mod:`~r2v_train.evaluation.ablations`: Appendix E, one function each;

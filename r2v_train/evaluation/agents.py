@@ -37,21 +37,25 @@ def agents_from_run(chain: Any, run_dir: str | os.PathLike) -> Agents:
     DPO, else BC), the teacher, the router and the validation router rows."""
 
     p = stage_paths(run_dir)
-    return Agents(slm=shared_slm(slm_model(run_dir), chain.router_data, chain.env.env_id),
+    model = slm_model(run_dir)
+    alone, _ = policy_options(chain.router_data, {"k": "1"})
+    return Agents(slm=shared_slm(model, chain.router_data, chain.env.env_id),
                   teacher=lambda: make_teacher(chain.teacher, chain.env.env_id),
-                  router_path=p["router"], valid_router_dir=p["router_data_valid"])
+                  router_path=p["router"], valid_router_dir=p["router_data_valid"],
+                  policy=shared_slm(model, alone, chain.env.env_id, verifier=False))
 
 
-def shared_slm(model_dir: str, cfg: Any, env_id: str) -> Callable[[], Any]:
+def shared_slm(model_dir: str, cfg: Any, env_id: str, verifier: bool = True) -> Callable[[], Any]:
     """A factory of fresh SLM policies over one sampler, loaded on first use and memoised
     (:class:`r2v_agents.samplers.memo.MemoSampler`): the methods of an evaluation share the SLM's draws for the
-    decisions they have in common instead of sampling them again (the draws are a function of the decision)."""
+    decisions they have in common instead of sampling them again (the draws are a function of the decision).
+    ``verifier=False`` gives the policy alone (:func:`r2v_train.chain.collect.slm_policy`)."""
 
     @functools.cache
     def sampler() -> Any:
         return MemoSampler(make_sampler(model_dir, cfg, action_style(env_id)))
 
-    return lambda: slm_policy(model_dir, cfg, env_id, sampler=sampler())
+    return lambda: slm_policy(model_dir, cfg, env_id, sampler=sampler(), verifier=verifier)
 
 
 def dpo_retrainer(chain: Any, run_dir: str | os.PathLike):

@@ -1,9 +1,13 @@
-"""Evaluation of Sec. 5 (Table 1): six methods through the shared runner, SR and LLM% with bootstrap CIs.
+"""Evaluation of Sec. 5 (Table 1): the paper's six methods and the policy alone, through the shared runner, SR and
+LLM% with bootstrap CIs.
 
 Methods (:data:`METHODS`), all on the test split under the composite perturbation and, optionally, under each
 perturbation type alone:
 
 * ``slm``: the SLM alone (best of K verified candidates);
+* ``policy``: the SLM as a plain policy, its own sample per step (k = 1 at the run's temperature, no verifier): the
+  distribution BC, DPO and RL train, beside the deployed SLM-only agent whose SR the verifier's pick among K
+  candidates shapes (not in the paper's Table 1; skipped when :class:`Agents` has no ``policy``);
 * ``entropy``: escalate when the mean token entropy is high (threshold fitted on validation, Youden's J);
 * ``heuristic``: non-learned verifier rules (:class:`r2v_agents.routers.HeuristicRouter`) at comparable
   reliability, as in the paper's Table 1: its threshold is the cheapest one that escalates as large a share of the
@@ -18,8 +22,8 @@ Each (condition, method) cell is one runner directory ``<out>/runs/<condition>/<
 retry passes, counted by the one rule of every evaluation (:mod:`r2v_eval.cells`: the last attempt counts, an episode
 that could not be run is left out and counted in ``not_run``), so ``r2v eval`` of the same agent on the same episodes
 gives the same SR. Metrics are computed from the episode shards only: SR = mean episode success, LLM% = teacher steps
-/ all steps (the runner counts a step as a teacher step when its ``source`` is "teacher" or "oracle"). 95% CIs are percentile
-bootstrap intervals over episodes (resampled with a fixed seed; LLM% as a ratio of resampled sums). Router
+/ all steps (the runner counts a step as a teacher step when its ``source`` is "teacher" or "oracle"). 95% CIs are
+percentile bootstrap intervals over episodes (resampled with a fixed seed; LLM% as a ratio of resampled sums). Router
 calibration (ECE, Brier, reliability bins; Table 6 columns) is measured on the validation router rows
 (f_t, y_t) of SLM-only rollouts. Everything lands in ``<out>/results.json``, which the report renders.
 
@@ -28,7 +32,7 @@ The statistics (bootstrap CIs, paired differences, the Pareto front) are :mod:`r
 
 Example:
     >>> METHODS
-    ('slm', 'entropy', 'heuristic', 'r2v', 'oracle', 'llm')
+    ('slm', 'policy', 'entropy', 'heuristic', 'r2v', 'oracle', 'llm')
 """
 
 from __future__ import annotations
@@ -54,9 +58,9 @@ from r2v_train.router import calibration
 from r2v_train.router.data import RouterData
 from r2v_train.run_dir import RESULTS_FILE, cell_dir
 
-METHODS: tuple[str, ...] = ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")
-METHOD_LABELS = {"slm": "SLM-only", "entropy": "Entropy router", "heuristic": "Heuristic router", "r2v": "R2V",
-                 "oracle": "Oracle router (hindsight)", "llm": "LLM-only"}
+METHODS: tuple[str, ...] = ("slm", "policy", "entropy", "heuristic", "r2v", "oracle", "llm")
+METHOD_LABELS = {"slm": "SLM-only", "policy": "Policy alone (k = 1)", "entropy": "Entropy router",
+                 "heuristic": "Heuristic router", "r2v": "R2V", "oracle": "Oracle router (hindsight)", "llm": "LLM-only"}
 PERTURBATION_TYPES: tuple[str, ...] = ("flaky", "partial", "distractor", "injection")
 HEURISTIC_FITS: tuple[str, ...] = ("match_r2v", "youden")
 
@@ -152,6 +156,8 @@ class Agents:
 
     slm: Callable[[], Any]
     teacher: Callable[[], Any]
+    policy: Callable[[], Any] | None = None
+    """the SLM as a plain policy (one sample per step, no verifier); None skips the ``policy`` method"""
     router_path: str | None = None
     valid_router_dir: str | None = None
 
@@ -214,6 +220,10 @@ def make_policy(method: str, agents: Agents, routers: Mapping[str, Any], slm_run
 
     if method == "slm":
         return agents.slm()
+    if method == "policy":
+        if agents.policy is None:
+            raise ValueError("the policy method needs Agents.policy (the SLM as a plain policy)")
+        return agents.policy()
     if method == "llm":
         return agents.teacher()
     if method == "oracle":
@@ -267,6 +277,8 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
         for method in cfg.methods:
             if method == "r2v" and "r2v" not in routers:
                 continue  # no trained router: the table shows the baselines only
+            if method == "policy" and agents.policy is None:
+                continue  # agents without a plain policy (a hand-built Agents): the paper's methods only
             run_dir = cell_dir(out, cond, method)
             policy = make_policy(method, agents, routers, dirs.get("slm"), cfg)
             dirs[method] = run_method(policy, method, cfg, spec, run_dir, cfg.seeds_for(cond))
@@ -274,6 +286,7 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
         results["conditions"][cond] = cells
         results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}
     main_dirs = results["runs"][results["main_condition"]]
+    results["methods"] = [m for m in cfg.methods if m in main_dirs]  # those evaluated (r2v needs a router, ...)
     if "r2v" in main_dirs:  # R2V against each other method on the same episodes
         r2v = outcomes(out / main_dirs["r2v"])
         results["paired"] = {m: paired(r2v, outcomes(out / d), cfg.bootstrap, cfg.bootstrap_seed)

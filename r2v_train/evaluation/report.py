@@ -253,7 +253,9 @@ def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | Non
         parts += ["## Run", ""] + [f"- {k}: {v}" for k, v in extra.items()] + [""]
     parts += [f"## Table 1: methods under `{main}` perturbations", "", methods_table(cells), "",
               "The oracle router is a hindsight upper bound (it knows which SLM rollouts fail), not a deployable "
-              "method.", baseline_thresholds(results), ""]
+              "method." + (" The policy alone is the SLM's own sample per step (k = 1, no verifier): what training "
+                           "moves; SLM-only adds the verifier's pick among K candidates." if "policy" in cells else ""),
+              baseline_thresholds(results), ""]
     if results.get("paired"):
         parts += ["R2V against each method on the same episodes (paired bootstrap; a CI that excludes 0 is a "
                   "difference at the 95% level):", "", paired_table(results["paired"]), ""]

@@ -123,10 +123,11 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     assert report.read_text() == text
 
 
-@pytest.mark.parametrize("method", ["slm", "r2v"])
-def test_r2v_eval_and_the_pipeline_give_the_same_episodes_and_sr(miniature, method, tmp_path):
-    """One agent, one SR: ``r2v eval --agent slm:RUN`` (``r2v:RUN``) on the pipeline's own grid plays the episodes of
-    Table 1's SLM-only (R2V) cell move for move, and both count them by the one rule (:mod:`r2v_eval.cells`)."""
+@pytest.mark.parametrize("method, spec", [("slm", "slm:{run}"), ("policy", "slm:{run}?k=1"), ("r2v", "r2v:{run}")])
+def test_r2v_eval_and_the_pipeline_give_the_same_episodes_and_sr(miniature, method, spec, tmp_path):
+    """One agent, one SR: ``r2v eval --agent slm:RUN`` (``slm:RUN?k=1``, ``r2v:RUN``) on the pipeline's own grid plays
+    the episodes of Table 1's SLM-only (policy alone, R2V) cell move for move, and both count them by the one rule
+    (:mod:`r2v_eval.cells`)."""
     from r2v_eval.cells import outcomes, sr_metrics
     from r2v_eval.cli import main as eval_main
 
@@ -134,10 +135,10 @@ def test_r2v_eval_and_the_pipeline_give_the_same_episodes_and_sr(miniature, meth
     results = json.load(open(run_dir / "eval" / "results.json"))
     ev, cond = results["config"], results["main_condition"]
     out = tmp_path / "eval"
-    eval_main(["--agent", f"{method}:{run_dir}", "--envs", ev["env_id"], "--env-kwargs", json.dumps(ev["env_kwargs"]),
-               "--perturbations", cond, "--seeds", *map(str, ev["seeds"]), "--split", ev["split"],
-               "--tasks", str(ev["max_tasks"]), "--max-steps", str(ev["max_steps"]), "--bootstrap", str(ev["bootstrap"]),
-               "--out", str(out), "--no-progress"])
+    eval_main(["--agent", spec.format(run=run_dir), "--envs", ev["env_id"], "--env-kwargs",
+               json.dumps(ev["env_kwargs"]), "--perturbations", cond, "--seeds", *map(str, ev["seeds"]),
+               "--split", ev["split"], "--tasks", str(ev["max_tasks"]), "--max-steps", str(ev["max_steps"]),
+               "--bootstrap", str(ev["bootstrap"]), "--out", str(out), "--no-progress"])
     (cell,) = json.load(open(out / "results.json"))["cells"]
     pipeline_cell = run_dir / "eval" / results["runs"][cond][method]
     mine, theirs = outcomes(out / cell["run_dir"]), outcomes(pipeline_cell)
