@@ -1,5 +1,6 @@
 """An RL run against its source run on the same test episodes: per condition and method, SR and LLM% of each, and
-their paired differences (RL minus source) with 95% bootstrap CIs (:func:`r2v_eval.cells.paired`: over the episodes both scored).
+their paired differences (RL minus source) with 95% bootstrap CIs (:func:`r2v_eval.cells.paired`: over the episodes
+both scored).
 
 Both evaluations run the same (task, z) episodes (``r2v rl`` reuses the source run's evaluation config), so the
 differences are paired: the game-to-game spread that widens each method's own CI cancels.

@@ -90,6 +90,9 @@ class RLConfig:
     """perturbation seeds z of the evaluation while training"""
     eval_max_tasks: int = 0
     """first N tasks of ``eval_split`` (0: all)"""
+    eval_policy: bool = True
+    """also evaluate the policy alone while training (its own sample per step, k = 1, no verifier): the success RL
+    acts on, beside SLM-only's, which the verifier's pick among K candidates shapes"""
     seed: int = 0
     """seed of the trainer, the start order and the rollout sampling"""
     threads: int = 2

@@ -68,8 +68,12 @@ class LearningCurve(TrainerCallback):
         self._save()
         if self.progress:
             lo, hi = point["sr_ci"]
+            alone = ""
+            if point.get("policy_sr") is not None:
+                plo, phi = point["policy_sr_ci"]
+                alone = f", policy alone SR {point['policy_sr']:.1f} [{plo:.1f}, {phi:.1f}]"
             print(f"[r2v rl] step {step}: {point.get('split', 'eval')} SR {point['sr']:.1f} [{lo:.1f}, {hi:.1f}] "
-                  f"over {point['episodes']} episodes, mean return {point['mean_return']:.3f} "
+                  f"over {point['episodes']} episodes{alone}, mean return {point['mean_return']:.3f} "
                   f"(evaluated in {point['eval_wall_s']:.0f} s)", file=sys.stderr)
         return point
 

@@ -36,28 +36,39 @@ from r2v_train.rl.rollouts import GroupCollector, training_starts
 
 def slm_evaluator(chain: ChainConfig, cfg: RLConfig, out_dir: str):
     """``evaluate(model, tokenizer, step)``: SLM-only SR of the live model on ``cfg.eval_split`` (composite
-    perturbations, ``cfg.eval_seeds``), written as an ``r2v eval`` directory ``out_dir/evals/step-<N>``."""
+    perturbations, ``cfg.eval_seeds``), written as an ``r2v eval`` directory ``out_dir/evals/step-<N>``, and (with
+    ``cfg.eval_policy``) the policy alone's (``slm:RUN?k=1``: one sample per step at the same temperature, no
+    verifier) as ``policy_sr`` / ``policy_sr_ci``, in ``out_dir/evals/step-<N>-policy``."""
     env_id, rd = chain.env.env_id, chain.router_data
 
-    def evaluate(model: Any, tokenizer: Any, step: int) -> dict[str, Any]:
-        was_training = model.training
-        # the sampler of `slm:RUN` (r2v_train.chain.collect.make_sampler) over the live weights
-        sampler = TransformersSampler(model, tokenizer, max_new_tokens=rd.max_new_tokens, temperature=rd.temperature,
-                                      seed=rd.sampler_seed, style=action_style(env_id))
-        policy = SLMPolicy(sampler, verifier_for(env_id), k=rd.k, admissible=rd.admissible)
+    def run(policy: Any, name: str, out: str, k: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         grid = GridConfig(env_ids=(env_id,), perturbations=(cfg.perturbations,), seeds=cfg.eval_seeds,
                           split=cfg.eval_split, tasks=cfg.eval_max_tasks, env_kwargs=dict(chain.env.env_kwargs),
                           max_steps=cfg.max_episode_steps or chain.env.max_steps, workers=chain.env.workers,
                           progress=False)
-        out = os.path.join(out_dir, "evals", f"step-{step:04d}")
-        run_grid(policy, "slm", grid, out, agent_record={"spec": f"rl step {step}", "k": rd.k})
-        model.train(was_training)
+        run_grid(policy, name, grid, out, agent_record={"spec": f"rl step {os.path.basename(out)}", "k": k})
         cell = cell_dir(out, env_id, cfg.perturbations)
-        m = cell_metrics(cell)
-        eps = list(cell_episodes(cell).values())
-        return {"split": cfg.eval_split, "sr": m["sr"], "sr_ci": m["sr_ci"], "episodes": len(eps),
-                "mean_return": sum(e["return"] for e in eps) / max(len(eps), 1),
-                "mean_steps": sum(e["steps"] for e in eps) / max(len(eps), 1), "dir": os.path.relpath(out, out_dir)}
+        return cell_metrics(cell), list(cell_episodes(cell).values())
+
+    def evaluate(model: Any, tokenizer: Any, step: int) -> dict[str, Any]:
+        was_training = model.training
+
+        def sampler():  # the sampler of `slm:RUN` (r2v_train.chain.collect.make_sampler) over the live weights
+            return TransformersSampler(model, tokenizer, max_new_tokens=rd.max_new_tokens, temperature=rd.temperature,
+                                       seed=rd.sampler_seed, style=action_style(env_id))
+
+        out = os.path.join(out_dir, "evals", f"step-{step:04d}")
+        m, eps = run(SLMPolicy(sampler(), verifier_for(env_id), k=rd.k, admissible=rd.admissible), "slm", out, rd.k)
+        point = {"split": cfg.eval_split, "sr": m["sr"], "sr_ci": m["sr_ci"], "episodes": len(eps),
+                 "mean_return": sum(e["return"] for e in eps) / max(len(eps), 1),
+                 "mean_steps": sum(e["steps"] for e in eps) / max(len(eps), 1), "dir": os.path.relpath(out, out_dir)}
+        if cfg.eval_policy:
+            alone = SLMPolicy(sampler(), None, k=1, admissible=rd.admissible)
+            pm, _ = run(alone, "slm?k=1", f"{out}-policy", 1)
+            point.update(policy_sr=pm["sr"], policy_sr_ci=pm["sr_ci"], policy_dir=os.path.relpath(f"{out}-policy",
+                                                                                                  out_dir))
+        model.train(was_training)
+        return point
 
     return evaluate
 

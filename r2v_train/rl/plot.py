@@ -51,6 +51,12 @@ def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, 
             ax.plot(x, [p["sr"] for p in ev], "o-", color="tab:blue", label=eval_label)
             ax.fill_between(x, [p["sr_ci"][0] for p in ev], [p["sr_ci"][1] for p in ev], color="tab:blue",
                             alpha=0.15, label="95% CI")
+            alone = [(xi, p) for xi, p in zip(x, ev) if p.get("policy_sr") is not None]
+            if alone:  # r2v rl: the policy's own sample per step (k = 1, no verifier), what RL trains
+                ax.plot([a for a, _ in alone], [p["policy_sr"] for _, p in alone], "^-", color="tab:green",
+                        label="policy alone SR (k = 1, evaluation)")
+                ax.fill_between([a for a, _ in alone], [p["policy_sr_ci"][0] for _, p in alone],
+                                [p["policy_sr_ci"][1] for _, p in alone], color="tab:green", alpha=0.12)
         if tr:
             ax.plot([p[xkey] / scale for p in tr], [100 * p["success"] for p in tr], ".", color="tab:gray",
                     alpha=0.6, label="training episodes won (%)")

@@ -61,6 +61,7 @@ def rl_run(source, tmp_path_factory):
 def test_the_rl_run_writes_its_model_curve_plot_evaluations_and_paired_comparison(source, rl_run):
     from transformers import AutoModelForCausalLM
 
+    from r2v_agents.shards import load_rows
     from r2v_eval.robustness import summarise
     from r2v_train.run_dir import stage_paths
 
@@ -69,6 +70,13 @@ def test_the_rl_run_writes_its_model_curve_plot_evaluations_and_paired_compariso
     curve = json.loads((rl / "curve.json").read_text())
     assert sorted(int(s) for s in curve["eval"]) == [0, 1, 2] and sorted(int(s) for s in curve["train"]) == [1, 2]
     assert all(0 <= p["sr"] <= 100 and p["episodes"] == 2 for p in curve["eval"].values())
+    # the policy alone (k = 1, no verifier) beside SLM-only at every evaluation: the success RL acts on
+    assert all(0 <= p["policy_sr"] <= 100 and p["policy_sr_ci"][0] <= p["policy_sr"] <= p["policy_sr_ci"][1]
+               for p in curve["eval"].values())
+    alone_dir = rl / curve["eval"]["2"]["policy_dir"]
+    alone = summarise(alone_dir)
+    assert alone["agent"]["name"] == "slm?k=1" and alone["cells"][0]["episodes"] == 2
+    assert all(len(s["candidates"]) == 1 for s in load_rows(alone_dir / alone["cells"][0]["run_dir"], "steps"))
     assert all(p["episodes"] == 4 and p["steps"] > 0 for p in curve["train"].values())
     assert (rl / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for step in (0, 1, 2):  # each evaluation is an `r2v eval` directory (what `r2v view` reads)
