@@ -6,7 +6,9 @@ in-process). The main loop waits for whichever workers have results, calls ``pol
 every live context of those workers (an SLM batches across envs; a cheap policy never stalls the other
 worker) and sends the actions back. With ``policy_in_workers=True`` each worker instead gets a copy of a
 picklable policy and runs whole episodes, with no round trip per step. Each episode (task_id, z) runs on
-``gym.make(env_id, seed=z, ...)`` reset with ``options={"task_id": task_id, "episode_index": 0}``: its
+``open_env(env_id, seed=z, ...)`` (:mod:`r2v_envs.resolve`: a registered id, ``module:Id``, or the URL of an
+``r2v serve`` server, whose sessions reset with ``seed=z``) reset with
+``options={"task_id": task_id, "episode_index": 0}``: its
 perturbation stream depends on (z, task) only, not on the worker or slot that runs it, so logs are identical
 across worker counts. Envs are reused per worker for the same z (reset reloads the task), and workers are
 kept warm between runs with the same env setting.
@@ -56,8 +58,9 @@ from r2v_agents.policy import as_policy
 from r2v_agents.ray_backend import run_ray
 from r2v_agents.shards import ShardWriter
 from r2v_agents.workers import EnvSlots, ProcessHost, WorkerPool
-from r2v_envs.errors import UnknownChoiceError
+from r2v_envs.errors import ServedEnvMismatchError, UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
+from r2v_envs.resolve import is_url, open_env
 
 RUN_FILE = "run.json"
 """A run directory's manifest: the env setting and the RunConfig it was made with (resuming checks it)."""
@@ -84,17 +87,15 @@ class RunSummary:
 
 
 def _resolve_tasks(cfg: RunConfig) -> tuple[list[str], str, int | None]:
-    import importlib
-
-    import gymnasium as gym
-
-    module, _, env_id = cfg.env_id.rpartition(":")
-    if module:  # Gymnasium's "module:Id" form: importing the module registers the id (a user's own env)
-        importlib.import_module(module)
-    gym.spec(env_id)  # a clear error for an unknown id, before any worker starts
-    env = gym.make(cfg.env_id, seed=0, **cfg.env_kwargs)
+    # the env as the episodes will get it (an unknown id, or a server that does not build it, fails here, before
+    # any worker starts)
+    env = open_env(cfg.env_id, seed=0, **cfg.env_kwargs)
     try:
         base = env.unwrapped
+        if is_url(cfg.env_id) and not base.served.get("oracle"):
+            raise ServedEnvMismatchError(
+                f"{cfg.env_id} serves no episode outcome (info['won']), which the runner scores episodes by: "
+                f"launch the server with --oracle (agents still see only the agent-visible keys)")
         if cfg.task_ids is None:
             tasks = list(base.task_ids(cfg.split))
         else:
@@ -104,7 +105,9 @@ def _resolve_tasks(cfg: RunConfig) -> tuple[list[str], str, int | None]:
                 if t not in known:
                     raise UnknownChoiceError(f"{getattr(base, 'benchmark', cfg.env_id)} task", t, sorted(known))
         benchmark = str(getattr(base, "benchmark", cfg.env_id))
-        max_steps = cfg.max_steps if cfg.max_steps is not None else (env.spec.max_episode_steps if env.spec else None)
+        # a served env's cap is the server's (RemoteEnv.max_episode_steps), an env in process its spec's
+        cap = env.spec.max_episode_steps if env.spec else getattr(base, "max_episode_steps", None)
+        max_steps = cfg.max_steps if cfg.max_steps is not None else cap
     finally:
         env.close()
     return tasks, benchmark, max_steps

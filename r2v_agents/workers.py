@@ -19,6 +19,7 @@ from typing import Any
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
 from r2v_envs.forkserver import env_context, stop_worker
+from r2v_envs.resolve import open_env
 
 
 def _is_plain_json(v: Any) -> bool:
@@ -46,8 +47,6 @@ class EnvSlots:
         self.idle: dict[int, list[Any]] = {}
 
     def _env_for(self, slot: int, z: int):
-        import gymnasium as gym
-
         old = self.active.pop(slot, None)
         if old is not None:
             self.idle.setdefault(old[0], []).append(old[1])
@@ -58,7 +57,7 @@ class EnvSlots:
             kw = dict(self.env_kwargs)
             if self.max_steps is not None:
                 kw["max_episode_steps"] = self.max_steps
-            env = gym.make(self.env_id, seed=z, **kw)
+            env = open_env(self.env_id, seed=z, **kw)  # an id, module:Id or a server URL (a session per env)
             for path in self.wrappers:  # extra wrappers on top of the registered stack, innermost first
                 env = load_callable(path)(env)
         while sum(map(len, self.idle.values())) > self.idle_cap:

@@ -43,7 +43,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -54,6 +53,7 @@ from r2v_envs.core import DEFAULT, TextEnv
 from r2v_envs.errors import PerturbationConfigError, UnknownChoiceError
 from r2v_envs.perturbations.composite import apply_perturbations, parse_perturbations
 from r2v_envs.perturbations.templates import INJECTION_DIRECTIVES
+from r2v_envs.resolve import open_env
 
 PROFILES = tuple(INJECTION_DIRECTIVES)  # "game", "code", "terminal": which templates the wrappers draw
 DEFAULT_TASKS = 100
@@ -70,12 +70,10 @@ _NEEDS = {"injection": ("goal", "goal_key", "injection into the goal"),
 
 
 def _resolve(env: Any) -> gym.Env:
-    """A Gymnasium env from an instance, a zero-argument callable, or a ``"module:callable"`` path."""
+    """A Gymnasium env from an instance, a zero-argument callable, or a spec string (``"module:callable"``, and
+    anything else :func:`r2v_envs.resolve.open_env` takes: a registered id, ``module:Id``, a server URL)."""
     if isinstance(env, str):
-        module, _, name = env.partition(":")
-        if not name:
-            raise PerturbationConfigError(f"expected an env, a callable or 'module:callable', got {env!r}")
-        env = getattr(importlib.import_module(module), name)
+        return open_env(env)
     if isinstance(env, gym.Env):
         return env
     if callable(env):

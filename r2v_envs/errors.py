@@ -51,3 +51,12 @@ class GameGenerationError(R2VError, RuntimeError):
 
 class TaskEnvironmentError(R2VError, RuntimeError):
     """A task's execution environment (a container image, a sandbox) could not be prepared."""
+
+
+class ServedEnvMismatchError(R2VError, ValueError):
+    """An ``r2v serve`` server that does not build the env asked for: its ``--env-kwargs`` (fixed at launch) differ
+    from the arguments the caller wants (another perturbation setting, suite, step cap...)."""
+
+
+class ServerUnavailableError(R2VError, ConnectionError):
+    """An ``r2v serve`` URL whose server cannot be reached or does not answer as one (wrong token, no ``/r2v/info``)."""

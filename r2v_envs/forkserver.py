@@ -8,6 +8,8 @@ loop), as a plain fork would.
 Example:
     >>> preload_modules("R2V/TextWorld-v0")
     ['r2v_envs', 'r2v_envs.textworld.env', 'textworld']
+    >>> preload_modules("http://127.0.0.1:8000")
+    ['r2v_envs', 'r2v_envs.serving.client']
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Sequence
 
 import gymnasium as gym
 
+from r2v_envs.resolve import is_url, split_spec
+
 # Heavy engine modules imported lazily by the envs: preloaded once in the fork server, not in every worker.
 ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textworld", "alfworld"),
                   "R2V/BabyAI-v0": ("minigrid",)}
@@ -24,8 +28,11 @@ ENGINE_PRELOAD = {"R2V/TextWorld-v0": ("textworld",), "R2V/ALFWorld-v0": ("textw
 
 def preload_modules(env_id: str, imports: Sequence[str] = ()) -> list[str]:
     """What the fork server imports for ``env_id``: r2v_envs, the id's entry-point module, a ``module:Id`` spec's
-    module (it registers the id: Gymnasium's form for a user's own env), the engine and ``imports``."""
-    module, _, bare_id = env_id.rpartition(":")
+    module (it registers the id: Gymnasium's form for a user's own env), the engine and ``imports``; for a server URL,
+    OpenEnv's client (the env runs on the server; each worker connects after the fork)."""
+    if is_url(env_id):
+        return ["r2v_envs", "r2v_envs.serving.client", *imports]
+    module, bare_id = split_spec(env_id)
     if module:
         importlib.import_module(module)  # registers bare_id
     modules = ["r2v_envs", *([module] if module else []), *ENGINE_PRELOAD.get(env_id, ()), *imports]

@@ -37,7 +37,7 @@ class EvalArgs:
     out: str = "runs/eval"
     """evaluation directory (a rerun resumes)"""
     envs: tuple[str, ...] = ("R2V/TextWorld-v0",)
-    """registered env ids"""
+    """registered env ids, module:Id, or URLs of r2v serve servers (launched with --oracle; cells bear the served id)"""
     perturbations: tuple[str, ...] = ("none", "flaky", "partial", "distractor", "injection", "composite")
     """perturbation settings: none, flaky, partial, distractor, injection, composite, or a yaml file"""
     seeds: tuple[int, ...] = (0, 1, 2)

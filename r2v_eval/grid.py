@@ -31,6 +31,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_envs.perturbations.composite import parse_perturbations
 from r2v_envs.provenance import git_revision, package_versions
+from r2v_envs.resolve import env_task_ids, is_url, open_env, served_info
 from r2v_eval.cells import run_cell
 from r2v_eval.robustness import env_slug
 
@@ -75,7 +76,7 @@ class GridConfig:
     """What the agent is evaluated on."""
 
     env_ids: tuple[str, ...] = ("R2V/TextWorld-v0",)
-    """registered environment ids (one benchmark each)"""
+    """registered environment ids, module:Id, or URLs of r2v serve servers (one benchmark each)"""
     perturbations: tuple[str, ...] = ("none", "flaky", "partial", "distractor", "injection", "composite")
     """perturbation settings: none, a type, composite, or a yaml file"""
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -127,17 +128,36 @@ def cell_dir(out_dir: str | os.PathLike, env_id: str, setting: str) -> Path:
     return Path(out_dir) / "runs" / env_slug(env_id) / setting
 
 
+def cell_env(env: str) -> str:
+    """The env name of ``env``'s cells: the id itself, or for the URL of ``r2v serve`` the id the server serves
+    (``/r2v/info``), so a served env's cells are named as the same env's cells in process (and a server launched per
+    perturbation setting, evaluated into one ``--out``, fills one env's row of the report)."""
+    return str(served_info(env)["env_id"]) if is_url(env) else env
+
+
+def check_cells(grid: GridConfig, settings: Sequence[Setting]) -> dict[str, str]:
+    """Before any episode runs: each served env builds every setting asked of it (else a typed
+    :class:`~r2v_envs.errors.ServedEnvMismatchError`), and no two ``env_ids`` share cells. Returns env -> cell env."""
+    names = {e: cell_env(e) for e in grid.env_ids}
+    for e in grid.env_ids:
+        if is_url(e):
+            for s in settings:  # no connection is made: the resolver only checks /r2v/info
+                open_env(e, seed=0, max_episode_steps=grid.max_steps, **_cell_kwargs(grid, e, s)).close()
+    if len(set(names.values())) != len(names):
+        raise ValueError(f"two --envs serve the same env, so their cells would collide: {names}; evaluate each "
+                         "into its own --out")
+    return names
+
+
+def _cell_kwargs(grid: GridConfig, env_id: str, setting: Setting) -> dict[str, Any]:
+    return {**grid.kwargs_for(env_id), "perturbations": setting.spec}
+
+
 def resolve_tasks(grid: GridConfig, env_id: str) -> list[str]:
     """The tasks evaluated on ``env_id``: ``task_ids``, else the first ``tasks`` of the split."""
     if grid.task_ids:
         return list(grid.task_ids)
-    import gymnasium as gym
-
-    env = gym.make(env_id, seed=0, **{**grid.kwargs_for(env_id), "perturbations": None})
-    try:
-        ids = list(env.unwrapped.task_ids(grid.split))
-    finally:
-        env.close()
+    ids = env_task_ids(env_id, grid.split, **grid.kwargs_for(env_id))
     return ids[:grid.tasks] if grid.tasks else ids
 
 
@@ -145,7 +165,7 @@ def _run_config(grid: GridConfig, env_id: str, setting: Setting, out: Path, task
                 seeds: Sequence[int], concurrency: int) -> RunConfig:
     per_worker = max(grid.envs_per_worker, -(-concurrency // max(grid.workers, 1)))
     return RunConfig(env_id, str(out), task_ids=tuple(tasks), seeds=tuple(seeds), split=grid.split,
-                     env_kwargs={**grid.kwargs_for(env_id), "perturbations": setting.spec},
+                     env_kwargs=_cell_kwargs(grid, env_id, setting),
                      max_steps=grid.max_steps, workers=grid.workers, envs_per_worker=per_worker,
                      backend=grid.backend, ray_address=grid.ray_address, shard_episodes=grid.shard_episodes,
                      progress=grid.progress)
@@ -157,24 +177,26 @@ def run_grid(policy: Any, name: str, grid: GridConfig, out_dir: str | os.PathLik
 
     out = Path(out_dir)
     settings = parse_settings(grid.perturbations)
+    names = check_cells(grid, settings)
     out.mkdir(parents=True, exist_ok=True)
-    _write_manifest(out, name, grid, agent_record or {})
+    _write_manifest(out, name, grid, agent_record or {}, names)
     summaries: dict[str, Any] = {}
     cells = [(e, s) for e in grid.env_ids for s in settings]
     tasks_of = {e: resolve_tasks(grid, e) for e in grid.env_ids}
     for i, (env_id, setting) in enumerate(cells):
         tasks = tasks_of[env_id]
-        cdir = cell_dir(out, env_id, setting.name)
+        cdir = cell_dir(out, names[env_id], setting.name)
         if grid.progress:
             print(f"[{i + 1}/{len(cells)}] {env_id} / {setting.name}: {len(tasks)} tasks x {len(grid.seeds)} seeds",
                   file=sys.stderr)
         s, reruns = run_cell(policy, name, _run_config(grid, env_id, setting, cdir, tasks, grid.seeds, concurrency),
                              grid.episode_retries, grid.retry_backoff_s)
-        summaries[f"{env_id}/{setting.name}"] = {**asdict(s), "episode_reruns": reruns}
+        summaries[f"{names[env_id]}/{setting.name}"] = {**asdict(s), "episode_reruns": reruns}
     return summaries
 
 
-def _write_manifest(out: Path, name: str, grid: GridConfig, agent_record: Mapping[str, Any]) -> None:
+def _write_manifest(out: Path, name: str, grid: GridConfig, agent_record: Mapping[str, Any],
+                    envs: Mapping[str, str]) -> None:
     """Record the agent and the grid; refuse to resume a directory that holds another agent's results."""
 
     path = out / MANIFEST
@@ -183,6 +205,7 @@ def _write_manifest(out: Path, name: str, grid: GridConfig, agent_record: Mappin
         raise ValueError(f"{out} holds an evaluation of {old['agent'].get('name')!r}, not {name!r}: use a new --out")
 
     record = {"agent": {"name": name, **agent_record}, "grid": json.loads(json.dumps(asdict(grid), default=str)),
+              "envs": dict(envs),  # each --envs entry -> the env its cells are named by (a URL: the served id)
               "versions": {"r2v": r2v_envs.__version__, **package_versions()}, "git_revision": git_revision(),
               "created": (old or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%S")),
               "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}

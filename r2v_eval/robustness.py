@@ -154,9 +154,10 @@ def cells_of(out_dir: str | os.PathLike) -> list[tuple[str, str, Path]]:
     order: list[tuple[str, str]] = []
     mpath = out / "manifest.json"
     if mpath.exists():
-        grid = json.loads(mpath.read_text())["grid"]
+        manifest = json.loads(mpath.read_text())
+        grid, envs = manifest["grid"], manifest.get("envs") or {}  # envs: a served URL -> the id its cells bear
         names = [Path(p).stem if p.endswith((".yaml", ".yml")) else p for p in grid["perturbations"]]
-        order = [(env_slug(e), s) for e in grid["env_ids"] for s in names]
+        order = [(env_slug(envs.get(e, e)), s) for e in grid["env_ids"] for s in names]
     found = {(p.parent.name, p.name) for p in (out / "runs").glob("*/*") if p.is_dir()}
     keys = [k for k in order if k in found] + sorted(found - set(order))
     return [(e, s, out / "runs" / e / s) for e, s in keys]

@@ -27,7 +27,7 @@ import tyro
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.exit_status import run_console
-from r2v_envs.serving import require_server_stack
+from r2v_envs.resolve import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main

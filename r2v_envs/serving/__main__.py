@@ -7,7 +7,7 @@ import sys
 import tyro
 
 from r2v_envs.exit_status import run_console
-from r2v_envs.serving import require_server_stack
+from r2v_envs.resolve import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 
 

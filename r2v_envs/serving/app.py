@@ -9,7 +9,11 @@ thread of its own; an idle session is reaped, a dropped connection frees its env
 * typed JSON errors on the HTTP endpoints (``{"error": {"kind", "message"}}``, 4xx for a bad request, never a bare
   500 page);
 * a bearer token on every endpoint but ``/health`` when one is set (``--token`` or ``$R2V_SERVE_TOKEN``);
-* ``GET /r2v/sessions``: live, opened and closed envs (a freed env shows up here).
+* ``GET /r2v/sessions``: live, opened and closed envs (a freed env shows up here);
+* ``GET /r2v/info``: what the server's env is: its id, its ``--env-kwargs``, the perturbations they build
+  (``perturbations``: the effective specification, null = clean), whether oracle keys are served, its step cap and
+  the task ids of each split. :func:`r2v_envs.resolve.open_env` reads it to check that a URL serves the env a
+  caller asks for (``r2v eval --envs URL``).
 
 :func:`serve` runs it in the foreground (the command); :func:`serve_in_thread` runs it on a background thread of
 the calling process (tests, benchmarks, notebooks).
@@ -33,9 +37,12 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+import r2v_envs
+from r2v_envs.core import DEFAULT
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.serving.environment import R2VEnvironment, SessionBook
 from r2v_envs.serving.errors import BadRequestError, EpisodeOverError, ResetNeededError, ServedError, SessionClosedError
+from r2v_envs.serving.jsonvalues import jsonable
 from r2v_envs.serving.pool import EnvWorkerPool
 from r2v_envs.serving.wire import TextAction, TextEnvState, TextObservation
 
@@ -92,11 +99,33 @@ def build_app(config: ServeConfig, book: SessionBook | None = None, pool: EnvWor
         return {"env_id": config.env, "max_sessions": config.max_sessions, "oracle": config.oracle,
                 **book.summary()}
 
+    described: list[dict[str, Any]] = []  # built once, on the first request (a server's setting is fixed)
+
+    @app.get("/r2v/info", tags=["r2v"], summary="the served env: id, env kwargs, perturbations, task ids per split")
+    def info() -> dict[str, Any]:  # sync: FastAPI runs it on its thread pool while a worker builds the env
+        if not described:
+            described.append(server_info(config, pool))
+        return described[0]
+
     app.state.r2v_book, app.state.r2v_pool = book, pool
     token = config.bearer_token()
     if token:
         app.add_middleware(BearerAuth, token=token)
     return app
+
+
+def server_info(config: ServeConfig, pool: EnvWorkerPool) -> dict[str, Any]:
+    """``GET /r2v/info``'s answer: built from one env in a worker, as a session's env is built."""
+    env = pool.open()
+    try:
+        facts = env.describe()
+    finally:
+        env.close()
+    kwargs = config.kwargs()
+    given = kwargs.get("perturbations", DEFAULT)
+    return {"env_id": config.env, "env_kwargs": jsonable(kwargs), "oracle": config.oracle,
+            "perturbations": facts["default_perturbations"] if given == DEFAULT else jsonable(given),
+            "version": r2v_envs.__version__, **facts}
 
 
 def open_pool(config: ServeConfig) -> EnvWorkerPool:

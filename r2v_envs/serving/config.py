@@ -16,7 +16,7 @@ from typing import Any
 from r2v_envs.serving.errors import BadRequestError
 
 TOKEN_ENV = "R2V_SERVE_TOKEN"
-"""environment variable holding the bearer token when ``--token`` is not given"""
+"""environment variable holding the bearer token when ``--token`` is not given (clients read it too)"""
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from r2v_envs.core import SPLITS
 from r2v_envs.forkserver import env_context, stop_worker
 from r2v_envs.serving.errors import ServedError
 from r2v_envs.serving.jsonvalues import jsonable
@@ -38,7 +39,7 @@ def _rearm_env_checker(env: gym.Env) -> None:
 
 
 def _worker_main(conn, env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """One worker: envs by session key (infos cross the pipe as JSON types, what the client gets anyway). Messages ``(op, key, *args)`` with op ``open``/``reset``/``step``/``close``
+    """One worker: envs by session key (infos cross the pipe as JSON types, what the client gets anyway). Messages ``(op, key, *args)`` with op ``open``/``reset``/``step``/``describe``/``close``
     are answered ``("ok", value)`` or ``("err", kind, message)``; ``None`` (or a closed pipe) ends the worker."""
     os.environ["OMP_NUM_THREADS"] = "1"  # envs only; keep BLAS from oversubscribing the cores
     envs: dict[int, gym.Env] = {}
@@ -83,7 +84,20 @@ def _call(envs: dict[int, gym.Env], env_id: str, env_kwargs: dict[str, Any], op:
     if op == "step":
         obs, reward, terminated, truncated, info = env.step(args[0])
         return obs, float(reward), bool(terminated), bool(truncated), jsonable(info)
+    if op == "describe":
+        return describe(env)
     raise ValueError(f"unknown env worker call {op!r}")
+
+
+def describe(env: gym.Env) -> dict[str, Any]:
+    """What a client needs to run this env's tasks (``GET /r2v/info``): its benchmark, step cap, default
+    perturbations and the task ids of each split."""
+    base = env.unwrapped
+    task_ids = getattr(base, "task_ids", None)
+    return jsonable({"benchmark": getattr(base, "benchmark", None),
+                     "max_episode_steps": env.spec.max_episode_steps if env.spec else None,
+                     "default_perturbations": getattr(base, "default_perturbations", None),
+                     "task_ids": {s: list(task_ids(s)) for s in SPLITS} if callable(task_ids) else {}})
 
 
 class EnvWorker:
@@ -187,6 +201,9 @@ class PooledEnv:
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         return self._worker.call("step", self._key, action)
+
+    def describe(self) -> dict[str, Any]:
+        return self._worker.call("describe", self._key)
 
     def close(self) -> None:
         if self._closed:

@@ -46,6 +46,7 @@ from r2v_agents.teachers import HFTeacher, OpenAITeacher, OpenAITeacherConfig, O
 from r2v_agents.verifiers import verifier_for
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
+from r2v_envs.resolve import env_splits
 
 SPLIT_FILE = "split.json"
 SPLITS = ("train", "valid", "test")
@@ -137,16 +138,7 @@ class RouterDataConfig:
 # --------------------------------------------------------------------------------------------------- stage 1: split
 def split_stage(env: EnvConfig, cfg: SplitConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Write ``out_dir/split.json``: every split's task ids and the ``used`` train/valid subsets."""
-    import gymnasium as gym
-
-    probe = gym.make(env.env_id, seed=0, **{**env.env_kwargs, "perturbations": None})
-    try:
-        base = probe.unwrapped
-        split = {}
-        for name in SPLITS:
-            split[name] = list(base.task_ids(name))
-    finally:
-        probe.close()
+    split = env_splits(env.env_id, SPLITS, **env.env_kwargs)  # an id, module:Id or an r2v serve URL
     cap = lambda ids, n: ids[:n] if n else ids  # noqa: E731
     split["used"] = {"train": cap(split["train"], cfg.max_train_tasks),
                      "valid": cap(split["valid"], cfg.max_valid_tasks)}

@@ -52,6 +52,7 @@ from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, Oracle
 from r2v_agents.runner import RunConfig
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
+from r2v_envs.resolve import env_task_ids
 from r2v_eval.cells import outcomes, paired, run_cell, sr_metrics
 from r2v_eval.stats import pareto_front
 from r2v_train.router import calibration
@@ -255,13 +256,7 @@ def task_ids(cfg: EvalConfig) -> tuple[str, ...] | None:
     """The evaluated tasks: the split's first ``max_tasks`` (None: the whole split)."""
     if not cfg.max_tasks:
         return None
-    import gymnasium as gym
-
-    env = gym.make(cfg.env_id, seed=0, **{**cfg.env_kwargs, "perturbations": None})
-    try:
-        return tuple(env.unwrapped.task_ids(cfg.split)[: cfg.max_tasks])
-    finally:
-        env.close()
+    return tuple(env_task_ids(cfg.env_id, cfg.split, **cfg.env_kwargs)[: cfg.max_tasks])
 
 
 # ------------------------------------------------------------------------------------------------ main

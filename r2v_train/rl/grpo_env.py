@@ -40,7 +40,7 @@ from r2v_agents.context import Context
 from r2v_agents.prompts import build_prompt, parse_completion
 from r2v_agents.slm import snap_to_admissible
 from r2v_envs.errors import UnknownChoiceError
-from r2v_envs.serving import open_env
+from r2v_envs.resolve import open_env
 
 ADMISSIBLE_MODES = ("free", "snap")
 

@@ -41,6 +41,7 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers import verifier_for
 from r2v_agents.workers import EnvSlots, WorkerPool
+from r2v_envs.resolve import open_env
 
 
 @dataclass(frozen=True)
@@ -172,9 +173,7 @@ class GroupCollector:
 
     def _benchmark_name(self) -> str:
         if self._benchmark is None:
-            import gymnasium as gym
-
-            env = gym.make(self.env_id, seed=0, **self.env_kwargs)
+            env = open_env(self.env_id, seed=0, **self.env_kwargs)
             try:
                 self._benchmark = str(getattr(env.unwrapped, "benchmark", self.env_id))
             finally:
