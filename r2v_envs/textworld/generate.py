@@ -129,6 +129,8 @@ class GameServer:
     def __init__(self, nice: int = 0):
         self.nice = nice
         self._proc: subprocess.Popen[str] | None = None
+        self._starting: subprocess.Popen[str] | None = None  # a server still importing (abort() reaches it too)
+        self._aborted = False
         self._lock = threading.Lock()  # one request at a time on the pipe, whichever thread asks
 
     def __enter__(self) -> GameServer:
@@ -140,12 +142,18 @@ class GameServer:
     def _start(self) -> subprocess.Popen[str]:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
+        if self._aborted:
+            raise GameGenerationError("the TextWorld generator server was aborted")
         # stderr is a file, not a pipe: a chatty server can then never block on a full pipe nobody reads
         log = tempfile.TemporaryFile(mode="w+", prefix="r2v-gameserver-")
         proc = subprocess.Popen([sys.executable, "-m", "r2v_envs.textworld.generate", "--serve", str(self.nice)],
                                 env=_generator_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True, bufsize=1)
-        ready = proc.stdout.readline() if proc.stdout else ""
+        self._starting = proc
+        try:
+            ready = proc.stdout.readline() if proc.stdout else ""
+        finally:
+            self._starting = None
         if ready.strip() != "ready":
             proc.kill()
             proc.wait()
@@ -175,6 +183,17 @@ class GameServer:
         error = json.loads(reply).get("error")
         if error or not out.is_file():
             raise GameGenerationError(f"could not generate {spec.task_id}: {(error or 'no game written')[-2000:]}")
+
+    def abort(self) -> None:
+        """Kill the server now, starting or in the middle of a game (the game's folder is a temporary one that
+        :func:`ensure_game` removes, so nothing half-written is left): the caller of :meth:`generate` gets a
+        :class:`GameGenerationError`. For background generation nobody waits for: at nice 19 on a busy machine a
+        server can take minutes to finish its imports or its game (the suite's miniature pipeline once waited 414 s
+        at its end for one)."""
+        self._aborted = True
+        for proc in (self._starting, self._proc):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
 
     def close(self) -> None:
         """Stop the server (after the game it is making, if any: it reads its next request only then)."""
@@ -315,11 +334,14 @@ def missing_games(specs: Iterable[GameSpec], root: Path | None = None) -> list[G
 
 
 def serve_queue(take: Callable[[], tuple[GameSpec, Path | None] | None],
-                done: Callable[[GameSpec, Path | None, BaseException | None], None], nice: int = 0) -> None:
+                done: Callable[[GameSpec, Path | None, BaseException | None], None], nice: int = 0,
+                opened: Callable[[GameServer], None] | None = None) -> None:
     """A generator worker: ``take()`` the next (spec, cache root) until None, generate each missing game in one
     :class:`GameServer` (started only if a game is missing), and report every spec to ``done`` (with the error,
-    if any)."""
+    if any). ``opened(server)`` hands the server to a caller that may :meth:`GameServer.abort` it."""
     with GameServer(nice=nice) as server:
+        if opened is not None:
+            opened(server)
         while (item := take()) is not None:
             spec, root = item
             try:

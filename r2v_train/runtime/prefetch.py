@@ -119,6 +119,7 @@ class GamePrefetch:
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._background: list[threading.Thread] = []
+        self._background_servers: list[Any] = []  # their GameServers, aborted by close()
         self._errors: dict[str, BaseException] = {}
         self._group_of: dict[tuple[str, Path | None], str] = {}
         self._stopped = False
@@ -173,16 +174,22 @@ class GamePrefetch:
                 raise self._errors[g]
 
     def close(self) -> None:
-        """Drop what is still queued and wait for the games being generated (a game is never half-written)."""
+        """Drop what is still queued, abort the low-priority background servers (nobody waits for their games, and
+        a starved nice-19 server can take minutes to finish one) and wait for the other games being generated (a
+        game is never half-written)."""
         with self._cond:
             self._stopped = True
             self._queue.clear()
+            background = list(self._background_servers)
+        for server in background:
+            server.abort()
         for t in self._threads:
             t.join()
 
     def _spawn(self, n: int, nice: int = 0) -> None:
         for _ in range(max(0, n)):
-            t = threading.Thread(target=serve_queue, args=(self._take, self._done, nice), name="r2v-games",
+            opened = self._background_servers.append if nice else None
+            t = threading.Thread(target=serve_queue, args=(self._take, self._done, nice, opened), name="r2v-games",
                                  daemon=True)
             self._threads.append(t)
             if nice:

@@ -110,6 +110,24 @@ def test_close_drops_the_queue(fake_generator):
     assert len(made) < 200 and all(not t.is_alive() for t in p._threads)
 
 
+def test_close_aborts_the_background_server_and_leaves_nothing_half_written(tmp_path):
+    """A real nice-19 background game server, closed while it starts: close() kills it instead of waiting for its
+    game (a starved server once held the suite's miniature pipeline 414 s at its end); no game, no temporary folder
+    is left. Before, close() waited until the server had written its first game."""
+    pytest.importorskip("textworld")
+    specs = list(get_suite("small").values())[:3]
+    p = prefetch.GamePrefetch({"now": [], "later": [(s, tmp_path) for s in specs]}, workers=1, progress=False)
+    p.start()  # nothing in the first group: the rest goes to one background server at nice 19
+    deadline = time.monotonic() + 30
+    while not p._background_servers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p._background_servers, "the background server never opened"
+    p.close()
+    assert all(not t.is_alive() for t in p._threads)
+    assert generate.missing_games(specs, tmp_path) == specs  # the game being made was dropped, not half-written
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
 def test_run_chain_says_what_each_stage_does_on_stderr(tmp_path, capsys):
     env = EnvConfig("R2V/Scripted-v0", env_kwargs={"perturbations": None}, workers=0)
     cfg = ChainConfig(env=env, split=SplitConfig(max_train_tasks=2), threads=0)
