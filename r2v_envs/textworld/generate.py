@@ -188,8 +188,7 @@ class GameServer:
         """Kill the server now, starting or in the middle of a game (the game's folder is a temporary one that
         :func:`ensure_game` removes, so nothing half-written is left): the caller of :meth:`generate` gets a
         :class:`GameGenerationError`. For background generation nobody waits for: at nice 19 on a busy machine a
-        server can take minutes to finish its imports or its game (the suite's miniature pipeline once waited 414 s
-        at its end for one)."""
+        server can take minutes to finish its imports or its game."""
         self._aborted = True
         for proc in (self._starting, self._proc):
             if proc is not None and proc.poll() is None:
