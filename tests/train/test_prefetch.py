@@ -113,7 +113,8 @@ def test_close_drops_the_queue(fake_generator):
 def test_close_aborts_the_background_server_and_leaves_nothing_half_written(tmp_path):
     """A real nice-19 background game server, closed while it starts: close() kills it instead of waiting for its
     game (on a starved machine, minutes: likely most of the 414 s the suite's miniature pipeline once spent outside
-    its chain and evaluation); no game, no temporary folder is left. Before, close() waited until the server had written its first game."""
+    its chain and evaluation); no game, no temporary folder is left. Before, close() waited until the server had
+    written its first game."""
     pytest.importorskip("textworld")
     specs = list(get_suite("small").values())[:3]
     p = prefetch.GamePrefetch({"now": [], "later": [(s, tmp_path) for s in specs]}, workers=1, progress=False)
