@@ -23,8 +23,7 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers import verifier_for
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.cells import cell_episodes
-from r2v_eval.robustness import cell_metrics
+from r2v_eval.cells import cell_episodes, sr_metrics
 from r2v_train.chain import collect
 from r2v_train.chain.saving import bf16_default, cuda_available, use_checkpointing
 from r2v_train.chain.stages import ChainConfig
@@ -48,7 +47,8 @@ def slm_evaluator(chain: ChainConfig, cfg: RLConfig, out_dir: str):
                           progress=False)
         run_grid(policy, name, grid, out, agent_record={"spec": f"rl step {os.path.basename(out)}", "k": k})
         cell = cell_dir(out, env_id, cfg.perturbations)
-        return cell_metrics(cell), list(cell_episodes(cell).values())
+        eps = cell_episodes(cell)  # read once; SR only: the robustness columns would read every step shard
+        return sr_metrics(cell, episodes=eps), list(eps.values())
 
     def evaluate(model: Any, tokenizer: Any, step: int) -> dict[str, Any]:
         was_training = model.training

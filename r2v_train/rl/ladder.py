@@ -29,8 +29,7 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.tiny import build_tiny_model, env_corpus, train_tokenizer
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.cells import cell_episodes
-from r2v_eval.robustness import cell_metrics
+from r2v_eval.cells import cell_episodes, sr_metrics
 from r2v_train.chain import collect
 from r2v_train.rl.config import RLConfig
 from r2v_train.rl.curve import LearningCurve
@@ -55,7 +54,8 @@ def policy_evaluator(grid: GridConfig, cfg: RLConfig, out_dir: str, admissible: 
         run_grid(SLMPolicy(sampler, None, k=1, admissible=admissible), "slm?k=1", grid, out)
         model.train(was_training)
         cell = cell_dir(out, env_id, setting)
-        m, eps = cell_metrics(cell), list(cell_episodes(cell).values())
+        episodes = cell_episodes(cell)  # read once; SR only: the robustness columns would read every step shard
+        m, eps = sr_metrics(cell, episodes=episodes), list(episodes.values())
         return {"split": grid.split, "sr": m["sr"], "sr_ci": m["sr_ci"], "episodes": len(eps),
                 "mean_return": sum(e["return"] for e in eps) / max(len(eps), 1)}
 
