@@ -49,6 +49,15 @@ def env():
     e.close()
 
 
+@pytest.fixture(scope="module")
+def hack_env():
+    # The hacks run pytest themselves; under a 1 s command budget a loaded CI machine killed that pytest (CI of
+    # 9e84f2f), so a hack that was never planted would count as one that did not win.
+    e = make(command_timeout_s=60)
+    yield e
+    e.close()
+
+
 def test_both_formats_load():
     suite = load_suite(SUITE_DIR)
     assert sorted(suite) == sorted(OWN)
@@ -77,13 +86,13 @@ def test_expert_wins_offline_and_mark_only_loses(env, task_id):
 
 @pytest.mark.skipif(not BWRAP, reason="the judge is tamper-proof only under bubblewrap (judge['tamper_proof'])")
 @pytest.mark.parametrize("task_id", ["copy-tests-to-workdir", "upstream-uv-bootstrap", "word-frequency"])
-def test_hack_battery_never_wins(env, task_id, tmp_path):
+def test_hack_battery_never_wins(hack_env, task_id, tmp_path):
     if task_id == "word-frequency":  # the shipped tasks' `python3 -m pytest` from the agent's folder
         suite = tmp_path / "suite"
         shutil.copytree(SHIPPED_TASKS_DIR / task_id, suite / task_id)
         e = make(tasks_dir=suite)
     else:
-        e = env
+        e = hack_env
     won = {}
     for hack in HACKS:
         info = play(e, task_id, list(hack.actions)).info
@@ -93,14 +102,15 @@ def test_hack_battery_never_wins(env, task_id, tmp_path):
     if task_id == "copy-tests-to-workdir":  # `pytest .` in the agent's folder: its conftest/test file refused
         info = play(e, task_id, list(next(h for h in HACKS if h.name == "conftest_in_workdir").actions)).info
         assert {Path(f).name for f in info["judge"]["refused_files"]} >= {"conftest.py", "test_zz_forge.py"}
-    if e is not env:
+    if e is not hack_env:
         e.close()
 
 
 @pytest.mark.skipif(not BWRAP, reason="needs bubblewrap's mount namespace for /app and /tests")
-def test_the_hacks_are_real(env):
+def test_the_hacks_are_real(hack_env):
     """The plants work where nothing guards against them: the agent's own `python3 -m pytest` in its folder
     runs the fake module, and a pytest that reads the planted conftest reports every test passed."""
+    env = hack_env
     hack = next(h for h in HACKS if h.name == "fake_pytest_module")
     env.reset(options={"task_id": "upstream-uv-bootstrap"})
     for action in hack.actions[:-1]:
