@@ -37,6 +37,11 @@ class PerturbationConfigError(R2VError, ValueError):
     """A perturbation specification that cannot be parsed or has out-of-range intensities."""
 
 
+class EnvSpecError(R2VError, ValueError):
+    """An env spec (``--envs``, :func:`r2v_envs.resolve.open_env`) that names no env: not a string, or a
+    ``module:callable`` that returns something other than a ``gymnasium.Env``."""
+
+
 class BackendUnavailableError(R2VError, ImportError):
     """An optional backend (textworld, evalplus, alfworld, vllm, ...) is not installed or has no data."""
 

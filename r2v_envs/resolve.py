@@ -42,7 +42,7 @@ import gymnasium as gym
 from r2v_envs.core import DEFAULT, SPLITS
 from r2v_envs.errors import (
     BackendUnavailableError,
-    PerturbationConfigError,
+    EnvSpecError,
     ServedEnvMismatchError,
     ServerUnavailableError,
 )
@@ -78,7 +78,7 @@ def open_env(spec: str, **kwargs: Any) -> gym.Env:
     """The env ``spec`` names, made with ``kwargs`` (see the module doc for the specs and what a URL does with
     ``seed``, ``max_episode_steps`` and the other keywords). Bad specs raise typed errors."""
     if not isinstance(spec, str) or not spec:
-        raise PerturbationConfigError(f"an env spec is an id, 'module:Id', 'module:callable' or a URL, got {spec!r}")
+        raise EnvSpecError(f"an env spec is an id, 'module:Id', 'module:callable' or a URL, got {spec!r}")
     if is_url(spec):
         return _open_served(spec, **kwargs)
     module, name = split_spec(spec)
@@ -87,7 +87,7 @@ def open_env(spec: str, **kwargs: Any) -> gym.Env:
         if name not in gym.registry and hasattr(mod, name):
             made = getattr(mod, name)(**kwargs)
             if not isinstance(made, gym.Env):
-                raise PerturbationConfigError(f"{spec} returned {type(made).__name__}, not a gymnasium.Env")
+                raise EnvSpecError(f"{spec} returned {type(made).__name__}, not a gymnasium.Env")
             return made
     gym.spec(name)  # Gymnasium's own typed error (NameNotFound, with its hint) for an unknown id
     return gym.make(name, **kwargs)
