@@ -25,25 +25,21 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from r2v_train.cli import COMMANDS
+from tests.support.miniatures import MINIATURE_PIPELINE, R2V, ROOT, Mini, run_command, run_once
 
-ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").rglob("*.md"))
 RUN_LANGS = ("bash", "sh", "python")
 FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 README_MAX_LINES = 220
-R2V = [shutil.which("r2v") or "r2v"]  # the installed console script: `sys.exit(console())`, as a user runs it
 
 
 # ------------------------------------------------------------------------------------------------ what is documented
@@ -83,37 +79,11 @@ def shell_commands(body: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ how each one runs
-@dataclass(frozen=True)
-class Mini:
-    """How a documented shell command runs here: ``argv(tmp)`` at a miniature size, then ``check(tmp, stdout)``."""
-
-    argv: Callable[[Path], list[str]]
-    slow: bool = False
-    timeout_s: int = 120
-    check: Callable[[Path, str], None] = lambda tmp, out: None
-    needs: Mini | None = None
-    """a miniature whose outputs this one reads (run first, in the same temporary directory)"""
-    chain: str | None = None
-    """a run directory (under the temporary directory) to start from a copy of the session's tiny chain, so that
-    the documented command resumes its finished stages instead of training them again"""
-    games: tuple[str, str] | None = None
-    """(suite, split) of TextWorld games generated in the background from the session's start (tests/conftest.py):
-    the command then finds them in the cache, as it does on a user's second run"""
-
-
 def _eval_report(tmp: Path, out: str) -> None:
     results = json.loads((tmp / "eval" / "results.json").read_text())
     assert (tmp / "eval" / "report.md").is_file() and str(tmp / "eval" / "report.md") in out
     assert [c["perturbation"] for c in results["cells"]] == ["none", "composite"]
     assert all(c["episodes"] == 2 and c["not_run"] == 0 for c in results["cells"]), results["cells"]
-
-
-def _pipeline_report(run: str) -> Callable[[Path, str], None]:
-    def check(tmp: Path, out: str) -> None:
-        results = json.loads((tmp / run / "eval" / "results.json").read_text())
-        assert {"slm", "r2v", "llm"} <= set(results["conditions"][results["main_condition"]])
-        assert (tmp / run / "report.md").is_file()
-    return check
 
 
 def _third_party(tmp: Path, out: str) -> None:
@@ -131,11 +101,6 @@ MINIATURE_EVAL = Mini(lambda tmp: R2V + ["eval", "--agent", "r2v_eval.agents:fir
                                          "R2V/TextWorld-v0", "--tasks", "2", "--seeds", "0", "--perturbations", "none",
                                          "composite", "--max-steps", "10", "--out", str(tmp / "eval"), "--no-progress"],
                       check=_eval_report)
-# the main job: scripts/main.sh as written (it execs the installed `r2v pipeline`), the miniature's flags after it
-MINIATURE_PIPELINE = Mini(lambda tmp: ["bash", "scripts/main.sh", "--config", "r2v_train/configs/miniature.yaml",
-                                       "--run-dir", str(tmp / "mini"), "--progress", "False"],
-                          slow=True, timeout_s=1200, check=_pipeline_report("mini"), chain="mini")
-
 # Every shell command of the README and of the docs' quick starts, exactly as written (after shlex.join).
 SHELL: dict[str, Mini | None] = {
     # the main job at a miniature size (its exit status checked); CI runs the tests (see test_setup_scripts_exist)
@@ -186,20 +151,8 @@ SLOW_PYTHON_PAGES = {"docs/alfworld.md", "docs/humaneval.md", "docs/terminalbenc
 NEEDS_ENV = {"docs/humaneval.md": "HUMANEVAL_OVERRIDE_PATH"}
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "R2V_SKIP_INSTALL": "1", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-
-
-def _run(argv: list[str], timeout_s: int) -> str:
-    proc = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout_s,
-                          check=False)
-    assert proc.returncode == 0, f"{shlex.join(argv)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
-
-
 # ------------------------------------------------------------------------------------------------ the tests
 BLOCKS = documented_blocks()
-_DONE: dict[int, tuple[Path, str]] = {}
 COMMAND_CASES = sorted({c for _, _, lang, body in BLOCKS if lang != "python" for c in shell_commands(body)})
 
 
@@ -251,25 +204,6 @@ def test_documented_command_runs(command: str, tmp_path: Path, request: pytest.F
     mini.check(*run_once(mini, tmp_path, template))
 
 
-def run_once(mini: Mini, tmp_path: Path, chain_template: Path | None = None) -> tuple[Path, str]:
-    """``(temporary directory, stdout)`` of a miniature, run once per test process; a miniature that starts from the
-    session's tiny chain (``mini.chain``) gets a copy of ``chain_template`` first. The chain's end-to-end tests read
-    the main job's miniature run through this too (tests/train/chain/test_chain_e2e.py): one run, not two."""
-    if mini.chain is not None and id(mini) not in _DONE:
-        shutil.copytree(chain_template, tmp_path / mini.chain, symlinks=True)
-    return _ran(mini, tmp_path)
-
-
-def _ran(mini: Mini, tmp_path: Path) -> tuple[Path, str]:
-    """``(temporary directory, stdout)`` of a miniature, run once per session (two documented commands share the
-    pipeline's; the viewer reads the evaluation's)."""
-    if id(mini) not in _DONE:
-        if mini.needs is not None:
-            tmp_path = _ran(mini.needs, tmp_path)[0]
-        _DONE[id(mini)] = (tmp_path, _run(mini.argv(tmp_path), mini.timeout_s))
-    return _DONE[id(mini)]
-
-
 @pytest.mark.parametrize("page,index,body", [
     pytest.param(page, i, body, marks=[pytest.mark.slow] if page in SLOW_PYTHON_PAGES else [], id=f"{page}:{i}")
     for page, i, lang, body in BLOCKS if lang == "python"])
@@ -277,7 +211,7 @@ def test_documented_python_runs(page: str, index: int, body: str, tmp_path: Path
     if page in NEEDS_ENV and not os.environ.get(NEEDS_ENV[page]):
         pytest.skip(f"{page} needs ${NEEDS_ENV[page]}")
     code = re.sub(r"(?<=[\"'])runs/", f"{tmp_path.as_posix()}/runs/", body)
-    _run([sys.executable, "-c", code], 600 if page in SLOW_PYTHON_PAGES else 120)
+    run_command([sys.executable, "-c", code], 600 if page in SLOW_PYTHON_PAGES else 120)
 
 
 def test_architecture_lists_every_module() -> None:

@@ -16,6 +16,7 @@ pytest.importorskip("trl")
 
 from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
 from r2v_train.config import tiny_config  # noqa: E402
+from tests.support.miniatures import MINIATURE_PIPELINE, run_once  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,6 @@ def miniature(tiny_chain_template, tmp_path_factory):
     --config r2v_train/configs/miniature.yaml ...`` (exit status checked there), made once for both."""
     from r2v_train.config import CONFIG_DIR, load_config
     from r2v_train.run_dir import pipeline_file
-    from tests.docs.test_readme_commands import MINIATURE_PIPELINE, run_once
 
     assert load_config(CONFIG_DIR / "miniature.yaml").chain == tiny_config()
     tmp, _ = run_once(MINIATURE_PIPELINE, tmp_path_factory.mktemp("main-job"), tiny_chain_template[0])
