@@ -33,8 +33,9 @@ from typing import Any
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.drrn import load_drrn, trained_policy
 from r2v_eval.agents import AgentOptions, build_agent
+from r2v_eval.cells import sr_metrics
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.robustness import cell_metrics, compare, env_slug
+from r2v_eval.robustness import compare, env_slug
 from r2v_eval.robustness_report import write_report
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
@@ -124,7 +125,8 @@ def matrix_results(args: MatrixArgs, tasks: list[str]) -> dict[str, Any]:
     """SR with CI per (train, test) cell and the paired difference from the clean-trained agent; the references'
     SRs and the clean-trained agent's paired differences from them."""
     out, env = Path(args.out), args.drrn.env_id
-    cell = lambda d, s: cell_metrics(cell_dir(d, env, s), args.bootstrap)  # noqa: E731
+    # SR only: cell_metrics would also read every step shard for the robustness columns the matrix leaves out
+    cell = lambda d, s: sr_metrics(cell_dir(d, env, s), args.bootstrap)  # noqa: E731
     diffs = lambda a, b: {r["perturbation"]: r for r in compare(a, b, args.bootstrap)  # noqa: E731
                           if r["env"] == env_slug(env)}
     clean_dir = out / "eval" / "none"
