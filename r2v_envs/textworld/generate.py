@@ -150,8 +150,12 @@ class GameServer:
                                 env=_generator_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True, bufsize=1)
         self._starting = proc
+        if self._aborted:  # abort() ran during Popen, before it could see the process: kill it here (the flag, then
+            proc.kill()    # the process, in both methods: one of the two sees the other's write)
         try:
             ready = proc.stdout.readline() if proc.stdout else ""
+            if ready.strip() == "ready":
+                self._proc = proc  # before _starting is cleared: abort() always finds the process in one of them
         finally:
             self._starting = None
         if ready.strip() != "ready":
@@ -163,7 +167,6 @@ class GameServer:
                 raise BackendUnavailableError("textworld", "pip install 'r2v[textworld]'")
             raise GameGenerationError(f"the TextWorld generator server did not start: {err.strip()[-2000:]}")
         log.close()
-        self._proc = proc
         return proc
 
     def generate(self, spec: GameSpec, out: Path, timeout: float = 300.0) -> None:

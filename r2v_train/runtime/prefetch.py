@@ -122,6 +122,9 @@ class GamePrefetch:
         self._background_servers: list[Any] = []  # their GameServers, aborted by close()
         self._errors: dict[str, BaseException] = {}
         self._group_of: dict[tuple[str, Path | None], str] = {}
+        self._background_items: dict[tuple[str, Path | None], tuple[str, GameSpec, Path | None]] = {}
+        self._recalled: set[tuple[str, Path | None]] = set()  # taken back from an aborted background server
+        self._background_stopped = False
         self._stopped = False
 
     def missing(self, groups: Iterable[str] | None = None) -> int:
@@ -156,6 +159,7 @@ class GamePrefetch:
         if left:
             from tqdm.auto import tqdm
 
+            self._recall_background(groups)
             with self._cond:  # the low-priority background worker does not count: it may be starved
                 busy = sum(t.is_alive() for t in self._threads if t not in self._background)
             self._spawn(self.workers - busy)
@@ -186,6 +190,24 @@ class GamePrefetch:
         for t in self._threads:
             t.join()
 
+    def _recall_background(self, groups: Sequence[str]) -> None:
+        """When the background server holds a game of ``groups``, abort it and queue that game again (first), so the
+        normal-priority servers make it: a nice-19 server on a busy machine can take minutes over one game, and
+        the stage waiting for it would wait that long (measured in the suite: the miniature pipeline's two test
+        games took 207 s before its evaluation). Background generation ends here; what it had not taken stays
+        queued for :meth:`wait`."""
+        with self._cond:
+            held = [k for k, (g, _, _) in self._background_items.items() if g in groups]
+            if not held:
+                return
+            self._background_stopped = True
+            self._recalled.update(self._background_items)
+            servers = list(self._background_servers)
+        for server in servers:
+            server.abort()
+        for t in self._background:
+            t.join()  # its game fails at once (the server was killed) and _done queues it again
+
     def _spawn(self, n: int, nice: int = 0) -> None:
         for _ in range(max(0, n)):
             opened = self._background_servers.append if nice else None
@@ -197,16 +219,27 @@ class GamePrefetch:
             t.start()
 
     def _take(self) -> tuple[GameSpec, Path | None] | None:
+        background = threading.current_thread() in self._background
         with self._cond:
-            if self._stopped or not self._queue:
+            if self._stopped or not self._queue or (background and self._background_stopped):
                 return None
             group, spec, root = self._queue.popleft()
             self._group_of[(spec.task_id, root)] = group
+            if background:
+                self._background_items[(spec.task_id, root)] = (group, spec, root)
             return spec, root
 
     def _done(self, spec: GameSpec, root: Path | None, exc: BaseException | None) -> None:
         with self._cond:
-            group = self._group_of.pop((spec.task_id, root))
+            key = (spec.task_id, root)
+            group = self._group_of.pop(key)
+            self._background_items.pop(key, None)
+            if key in self._recalled:
+                self._recalled.discard(key)
+                if exc is not None and not self._stopped:  # killed by _recall_background: made again, first
+                    self._queue.appendleft((group, spec, root))
+                    self._cond.notify_all()
+                    return
             if exc is not None:
                 self._errors.setdefault(group, exc)  # re-raised by wait() for its group
             self._left[group] -= 1

@@ -129,6 +129,41 @@ def test_close_aborts_the_background_server_and_leaves_nothing_half_written(tmp_
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
+@pytest.mark.slow  # a real game server: warm-up and two games, ~25 s on a loaded 2-core machine
+def test_wait_takes_a_game_back_from_a_starved_background_server(tmp_path):
+    """A stage that waits for a game the nice-19 background server is making gets it from a normal-priority server:
+    the background server (here frozen with SIGSTOP, a starved server taken to the limit) is aborted and its game
+    queued again. Before, wait() waited for the background server to finish that game, which on a busy machine
+    took minutes (the suite's miniature pipeline: 207 s for its two test games) and here forever."""
+    import os
+    import signal
+
+    pytest.importorskip("textworld")
+    specs = list(get_suite("small").values())[:2]
+    p = prefetch.GamePrefetch({"now": [], "later": [(s, tmp_path) for s in specs]}, workers=1, progress=False)
+    p.start()  # nothing in the first group: "later" goes to one background server at nice 19
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        server = p._background_servers[0] if p._background_servers else None
+        proc = server and (server._starting or server._proc)  # started on its first game: it holds one
+        if proc is not None:
+            break
+        time.sleep(0.01)
+    assert proc is not None, "the background server never took a game"
+    os.kill(proc.pid, signal.SIGSTOP)
+    waiter = threading.Thread(target=p.wait, args=(["later"],), daemon=True)
+    waiter.start()
+    waiter.join(timeout=240)
+    try:
+        assert not waiter.is_alive(), "wait() is still waiting for the frozen background server's game"
+        assert generate.missing_games(specs, tmp_path) == [] and p.missing() == 0
+        assert not list(tmp_path.rglob(".tmp-*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        p.close()
+
+
 def test_run_chain_says_what_each_stage_does_on_stderr(tmp_path, capsys):
     env = EnvConfig("R2V/Scripted-v0", env_kwargs={"perturbations": None}, workers=0)
     cfg = ChainConfig(env=env, split=SplitConfig(max_train_tasks=2), threads=0)
