@@ -196,19 +196,28 @@ def check_served(url: str, info: Mapping[str, Any], wanted: Mapping[str, Any], s
         raise mismatch(f"at most {cap} steps per episode, not {max_episode_steps}", {"max_episode_steps": max_episode_steps})
 
 
+def check_url(url: str, **kwargs: Any) -> dict[str, Any]:
+    """The ``/r2v/info`` of the server at ``url``, once :func:`check_served` has found that it builds the env
+    ``open_env(url, **kwargs)`` asks for; no session is opened (``r2v eval`` checks every cell this way first)."""
+    wanted = {k: v for k, v in kwargs.items() if k not in CLIENT_ARGS and k not in ("seed", "max_episode_steps")}
+    info = served_info(url, kwargs.get("token"))
+    check_served(url, info, wanted, seeded=kwargs.get("seed") is not None,
+                 max_episode_steps=kwargs.get("max_episode_steps"))
+    return info
+
+
 def _open_served(url: str, **kwargs: Any) -> gym.Env:
     require_server_stack()
     from r2v_envs.serving.client import RemoteEnv
 
+    info = check_url(url, **kwargs)
     client = {k: kwargs.pop(k) for k in CLIENT_ARGS if k in kwargs}
     seed, steps = kwargs.pop("seed", None), kwargs.pop("max_episode_steps", None)
-    info = served_info(url, client.get("token"))
-    check_served(url, info, kwargs, seeded=seed is not None, max_episode_steps=steps)
     env: gym.Env = RemoteEnv(url, seed=seed, served=info, **client)
     if steps is not None:  # the runner's step cap, applied here as gym.make applies it in process (outermost)
         env = gym.wrappers.TimeLimit(env, max_episode_steps=int(steps))
     return env
 
 
-__all__ = ["CLIENT_ARGS", "URL_SCHEMES", "check_served", "env_splits", "env_task_ids", "http_base", "is_url", "open_env",
+__all__ = ["CLIENT_ARGS", "URL_SCHEMES", "check_served", "check_url", "env_splits", "env_task_ids", "http_base", "is_url", "open_env",
            "require_server_stack", "served_info", "split_spec"]

@@ -31,7 +31,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_envs.perturbations.composite import parse_perturbations
 from r2v_envs.provenance import git_revision, package_versions
-from r2v_envs.resolve import CLIENT_ARGS, check_served, env_task_ids, is_url, served_info
+from r2v_envs.resolve import check_url, env_task_ids, is_url, served_info
 from r2v_eval.cells import run_cell
 from r2v_eval.robustness import env_slug
 
@@ -142,10 +142,7 @@ def check_cells(grid: GridConfig, settings: Sequence[Setting]) -> dict[str, str]
     for e in grid.env_ids:
         if is_url(e):
             for s in settings:  # the server's /r2v/info against each setting; no session is opened
-                kwargs = _cell_kwargs(grid, e, s)
-                client = {k: kwargs.pop(k) for k in CLIENT_ARGS if k in kwargs}
-                check_served(e, served_info(e, client.get("token")), kwargs, seeded=True,
-                             max_episode_steps=grid.max_steps)
+                check_url(e, seed=0, max_episode_steps=grid.max_steps, **_cell_kwargs(grid, e, s))
     if len(set(names.values())) != len(names):
         raise ValueError(f"two --envs serve the same env, so their cells would collide: {names}; evaluate each "
                          "into its own --out")

@@ -122,7 +122,7 @@ class GamePrefetch:
         self._background_servers: list[Any] = []  # their GameServers, aborted by close()
         self._errors: dict[str, BaseException] = {}
         self._group_of: dict[tuple[str, Path | None], str] = {}
-        self._background_items: dict[tuple[str, Path | None], tuple[str, GameSpec, Path | None]] = {}
+        self._background_held: set[tuple[str, Path | None]] = set()  # games a background server is making
         self._recalled: set[tuple[str, Path | None]] = set()  # taken back from an aborted background server
         self._background_stopped = False
         self._stopped = False
@@ -197,11 +197,10 @@ class GamePrefetch:
         games took 207 s before its evaluation). Background generation ends here; what it had not taken stays
         queued for :meth:`wait`."""
         with self._cond:
-            held = [k for k, (g, _, _) in self._background_items.items() if g in groups]
-            if not held:
+            if not any(self._group_of[k] in groups for k in self._background_held):
                 return
             self._background_stopped = True
-            self._recalled.update(self._background_items)
+            self._recalled.update(self._background_held)
             servers = list(self._background_servers)
         for server in servers:
             server.abort()
@@ -226,14 +225,14 @@ class GamePrefetch:
             group, spec, root = self._queue.popleft()
             self._group_of[(spec.task_id, root)] = group
             if background:
-                self._background_items[(spec.task_id, root)] = (group, spec, root)
+                self._background_held.add((spec.task_id, root))
             return spec, root
 
     def _done(self, spec: GameSpec, root: Path | None, exc: BaseException | None) -> None:
         with self._cond:
             key = (spec.task_id, root)
             group = self._group_of.pop(key)
-            self._background_items.pop(key, None)
+            self._background_held.discard(key)
             if key in self._recalled:
                 self._recalled.discard(key)
                 if exc is not None and not self._stopped:  # killed by _recall_background: made again, first
