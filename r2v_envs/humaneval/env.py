@@ -10,7 +10,8 @@ and ends the episode: reward 1 and ``won`` if it passes, else 0. ``submit`` has 
 of 4 s + 4 x the canonical solution's total ground-truth time (capped at EvalPlus' own 126 s;
 ``judge_server.submit_budget``): every program that finishes within it gets EvalPlus' verdict, one that does
 not gets ``timeout`` (``info["verdict"]["budget_hit"]``), so a looping program costs seconds, not a minute.
-``info["step_wall_s"]`` is the wall time the env spent on the step (or the reset).
+``info["step_wall_s"]`` is the wall time of a step that ran code (``test``, ``submit``). Other steps and resets leave it
+out: they are pure functions of the seed and the action, and Gymnasium's ``check_env`` asks identical infos of them.
 
 Model code only ever runs in the sandboxed judge (:mod:`r2v_envs.sandbox`); ``info["sandbox"]`` names the
 isolation level in use. Channels: the reset prompt is ``"observation"`` (prompt injection reaches the
@@ -97,7 +98,6 @@ class HumanEvalEnv(TextEnv):
         return list(load_problems(self.data_path)[1])
 
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
-        start = time.monotonic()
         self._problem = load_problems(self.data_path)[1][task_id]
         self._task_file = ensure_task_files([task_id], self.data_path)[task_id]
         self._code = self._tested = None
@@ -105,12 +105,13 @@ class HumanEvalEnv(TextEnv):
         prompt = self._problem["prompt"]
         obs = (f"Task {task_id}: complete the Python function `{self._problem['entry_point']}` below.\n\n"
                f"{prompt}\n{SYNTAX_HELP}")
-        return obs, self._info(goal=prompt, channel="observation", step_wall_s=_since(start))
+        return obs, self._info(goal=prompt, channel="observation")
 
     def _step_task(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         start = time.monotonic()
         obs, reward, terminated, info = self._act(action)
-        info["step_wall_s"] = _since(start)
+        if info.get("channel") == "tool_output":  # the step ran code in the judge: its time is the agent's cost
+            info["step_wall_s"] = _since(start)
         return obs, reward, terminated, info
 
     def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:

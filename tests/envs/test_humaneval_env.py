@@ -201,14 +201,11 @@ def test_unknown_task_and_missing_data(monkeypatch, problems, tmp_path):
         bad.reset()
 
 
-def test_check_env_passes(problems, monkeypatch):
+def test_check_env_passes(problems):
     from gymnasium.utils.env_checker import check_env
 
-    import r2v_envs.humaneval.env as humaneval_env
-
-    # info["step_wall_s"] is a measured wall time (0.0 or 0.0001 s for the same rejected action, by load); check_env
-    # asks the same seed and action for identical infos, so the clock is held still here
-    monkeypatch.setattr(humaneval_env, "_since", lambda start: 0.0)
+    # no clock held still: info["step_wall_s"] (a measured time) is only on steps that ran code, and check_env's
+    # sampled action runs none (CI at df4bc11 failed tests/envs/test_vector.py's check_env on 0.0 vs 0.0001 s)
     env = gym.make(ENV_ID, seed=SEED, perturbations=None, task_id="HumanEval/53")
     try:
         check_env(env.unwrapped, skip_render_check=True)
@@ -243,8 +240,9 @@ def test_test_action_is_bounded_by_its_budget_and_says_so(problems):
         env.close()
 
 
-def test_step_wall_time_in_info_and_bad_budget_rejected(env, problems):
-    for obs, _, _, info in play(env, "HumanEval/53", [fence("return x + y"), "hello", "test"]):
-        assert isinstance(info["step_wall_s"], float) and info["step_wall_s"] >= 0.0
+def test_step_wall_time_only_on_steps_that_ran_code_and_bad_budget_rejected(env, problems):
+    steps = play(env, "HumanEval/53", [fence("return x + y"), "hello", "test", "submit"])
+    assert ["step_wall_s" in info for *_, info in steps] == [False, False, False, True, True]  # reset first
+    assert all(isinstance(info["step_wall_s"], float) and info["step_wall_s"] > 0.0 for *_, info in steps[3:])
     with pytest.raises(ValueError, match="test_budget_s"):
         gym.make(ENV_ID, seed=SEED, test_budget_s=0)
