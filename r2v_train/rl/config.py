@@ -71,6 +71,9 @@ class RLConfig:
     reward: str = "success"
     """episode reward: success (1 if won), success_return (won + 0.5 x return / max score), or a TRL reward
     function "module:function" receiving the episode columns (r2v_train.rl.rewards)"""
+    train_tasks: tuple[str, ...] = ()
+    """the train games to train on: task ids or shell patterns over the run's train split (e.g.
+    'tw-coin_collector-*'); default all of them. A curriculum: fewer games recur more often in the same budget"""
     train_z_start: int = 10_000
     """perturbation seed z of the first training start (later starts count up): disjoint from the chain's replay,
     router-data and evaluation seeds"""
@@ -126,6 +129,7 @@ class RLConfig:
             raise ValueError(f"starts_per_step x group_size ({self.episodes_per_step}) must be a multiple of "
                              f"micro_batches ({self.micro_batches})")
         self.eval_seeds = tuple(int(s) for s in self.eval_seeds)
+        self.train_tasks = tuple(str(t) for t in self.train_tasks)
 
     @property
     def episodes_per_step(self) -> int:

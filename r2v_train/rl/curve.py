@@ -92,7 +92,7 @@ class LearningCurve(TrainerCallback):
                  "success": sum(e.success for e in episodes) / max(len(episodes), 1),
                  "mean_return": sum(e.episode_return for e in episodes) / max(len(episodes), 1),
                  "steps": sum(len(e.steps) for e in episodes), "rows": getattr(self.trainer, "last_rows", 0),
-                 "rollout_s": round(getattr(self.trainer, "last_rollout_s", 0.0), 3)}
+                 "rollout_s": round(getattr(self.trainer, "last_rollout_s", 0.0), 3), "starts": _starts(episodes)}
         self.curve["train"][str(step)] = train
         self._save()
         over = bool(self.max_wall_s) and train["train_wall_s"] >= self.max_wall_s
@@ -118,3 +118,15 @@ class LearningCurve(TrainerCallback):
     def _save(self) -> None:
         write_json_atomic(self.path, self.curve)
         plot_curve(self.curve, os.path.join(self.out_dir, CURVE_PNG), eval_label=self.label)
+
+
+def _starts(episodes: list[Any]) -> dict[str, list[int]]:
+    """``{"task@z": [won, played]}`` of a step's groups: a curriculum that replays games is then measured on the same
+    games early and late (the step's overall success mixes games of unequal difficulty)."""
+    out: dict[str, list[int]] = {}
+    for e in episodes:
+        won_played = out.setdefault(e.start.prompt, [0, 0])
+        won_played[0] += int(bool(e.success))
+        won_played[1] += 1
+    return out
+

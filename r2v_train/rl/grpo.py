@@ -30,7 +30,7 @@ from r2v_train.chain.stages import ChainConfig
 from r2v_train.rl.config import RLConfig
 from r2v_train.rl.curve import LearningCurve
 from r2v_train.rl.rewards import resolve_reward
-from r2v_train.rl.rollouts import GroupCollector, training_starts
+from r2v_train.rl.rollouts import GroupCollector, select_tasks, training_starts
 
 
 def slm_evaluator(chain: ChainConfig, cfg: RLConfig, out_dir: str):
@@ -129,7 +129,7 @@ def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     os.makedirs(out_dir, exist_ok=True)
-    tasks = collect.load_split(split_dir)["used"]["train"]
+    tasks = select_tasks(collect.load_split(split_dir)["used"]["train"], cfg.train_tasks)
     starts = training_starts(tasks, cfg.max_steps * cfg.starts_per_step, cfg.train_z_start, cfg.seed)
     dataset = datasets.Dataset.from_dict({"prompt": [s.prompt for s in starts]})
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -162,7 +162,7 @@ def train_grpo(cfg: RLConfig, chain: ChainConfig, model_dir: str, split_dir: str
     tok.save_pretrained(final)
     step = trainer.state.global_step
     train_points = [p for p in curve.curve["train"].values() if p["step"] <= step]
-    return {"model": final, "steps": step, "max_steps": cfg.max_steps,
+    return {"model": final, "steps": step, "max_steps": cfg.max_steps, "train_tasks": len(tasks),
             "stopped_by_budget": step < cfg.max_steps, "episodes": sum(p["episodes"] for p in train_points),
             "train_wall_s": max((p["train_wall_s"] for p in train_points), default=0.0),
             "session_wall_s": time.perf_counter() - t0, "device": "cuda" if cuda_available() else "cpu",

@@ -24,10 +24,13 @@ Example:
     ('tw-cooking-000', 10003, 'tw-cooking-000@10003')
     >>> [x.prompt for x in training_starts(["a", "b", "c"], 4, z_start=100, seed=0)]
     ['a@100', 'c@101', 'b@102', 'c@103']
+    >>> select_tasks(["tw-coin-1", "tw-coin-2", "tw-cooking-1"], ["tw-coin-*"])
+    ['tw-coin-1', 'tw-coin-2']
 """
 
 from __future__ import annotations
 
+import fnmatch
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +44,7 @@ from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import SLMPolicy
 from r2v_agents.verifiers import verifier_for
 from r2v_agents.workers import EnvSlots, WorkerPool
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.resolve import open_env
 
 
@@ -61,6 +65,17 @@ class Start:
         if not sep or not task or not z.lstrip("-").isdigit():
             raise ValueError(f"a training prompt names an episode start as 'task_id@z', got {str(text)[:80]!r}")
         return cls(task, int(z))
+
+
+def select_tasks(tasks: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """The ``tasks`` that match any of ``patterns`` (task ids or shell patterns, ``fnmatch``), in ``tasks``' order;
+    all of them when no pattern is given. A pattern that matches nothing is an error, not a smaller run."""
+    if not patterns:
+        return list(tasks)
+    for pattern in patterns:
+        if not fnmatch.filter(tasks, pattern):
+            raise UnknownChoiceError("train task (or pattern)", pattern, tasks)
+    return [t for t in tasks if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
 
 
 def training_starts(tasks: Sequence[str], n: int, z_start: int, seed: int) -> list[Start]:

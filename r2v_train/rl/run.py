@@ -172,7 +172,8 @@ def _refuse_to_clear_training(sdir: str, key: str) -> None:
 
 def _describe(stage: str, cfg: RLConfig, chain: ChainConfig, ev: EvalConfig) -> str:
     return {"rl": f"GRPO for {cfg.max_steps} steps of {cfg.starts_per_step} starts x {cfg.group_size} episodes on "
-                  f"{chain.env.env_id} ({cfg.perturbations}), evaluated every {cfg.eval_every} steps on "
+                  f"{chain.env.env_id} ({cfg.perturbations}"
+                  f"{', games ' + ' '.join(cfg.train_tasks) if cfg.train_tasks else ''}), evaluated every {cfg.eval_every} steps on "
                   f"{cfg.eval_split}",
             "router_data": "SLM-only rollouts of the RL-tuned SLM on the train and valid tasks (router rows)",
             "router": "the router on the RL-tuned SLM's rows",

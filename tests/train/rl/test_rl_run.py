@@ -290,3 +290,23 @@ def test_tree_credit_trains_only_the_steps_where_a_group_parted(source, tmp_path
     before = load_file(os.path.join(source_model(source), "model.safetensors"))
     after = load_file(str(out / "rl" / "model" / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_train_tasks_restrict_the_training_starts_and_the_curve_names_them(source, tmp_path):
+    """``--train-tasks`` (ids or shell patterns): only those games are played; each step's groups are in the curve."""
+    from r2v_envs.errors import UnknownChoiceError
+    from r2v_train.chain import collect
+    from r2v_train.rl.config import RLConfig
+    from r2v_train.rl.run import run_rl
+
+    tasks = collect.load_split(source / "split")["used"]["train"]
+    game = tasks[-1]
+    out = tmp_path / "one-game"
+    run_rl(RLConfig(**{**SMALL_RL, "train_tasks": (game,), "eval_every": 5}), source, out, stages=("rl",))
+    curve = json.loads((out / "rl" / "curve.json").read_text())
+    starts = [start for p in curve["train"].values() for start in p["starts"]]
+    assert len(tasks) > 1 and len(starts) == SMALL_RL["max_steps"] * SMALL_RL["starts_per_step"]
+    assert {start.rpartition("@")[0] for start in starts} == {game}  # the other train games were never played
+    assert all(sum(n for _, n in p["starts"].values()) == p["episodes"] for p in curve["train"].values())
+    with pytest.raises(UnknownChoiceError, match="train task"):
+        run_rl(RLConfig(**{**SMALL_RL, "train_tasks": ("no-such-game-*",)}), source, tmp_path / "none", stages=("rl",))
