@@ -13,8 +13,8 @@ Modules:
 * :mod:`~r2v_train.rl.trainer`: TRL's GRPOTrainer over whole episodes;
 * :mod:`~r2v_train.rl.rollouts`: groups of episodes from one start through the runner's hosts;
 * :mod:`~r2v_train.rl.rewards`: episode rewards and group-relative advantages;
-* :mod:`~r2v_train.rl.grpo_env`: rollout_func and environment_factory for TRL;
-* :mod:`~r2v_train.rl.grpo_textworld`: one-file GRPO on TextWorld (cleanrl style).
+* :mod:`~r2v_train.rl.grpo_env`: rollout_func and environment_factory for TRL (one-file use of them:
+  ``examples/grpo_textworld.py``, cleanrl style).
 """
 
 __all__ = [
@@ -22,6 +22,6 @@ __all__ = [
     "run", "config", "compare", "curve", "plot", "ladder",
     # GRPO
     "grpo", "trainer", "rollouts", "rewards",
-    # TRL adapters and examples
-    "grpo_env", "grpo_textworld",
+    # TRL adapters
+    "grpo_env",
 ]

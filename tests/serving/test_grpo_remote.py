@@ -64,7 +64,10 @@ def test_a_rollout_through_the_server_equals_the_one_in_process():
 
 @pytest.mark.slow
 def test_grpo_textworld_trains_through_a_server(tmp_path):
-    from r2v_train.rl.grpo_textworld import Args, main
+    from tests.support.examples import load_example
+
+    example = load_example("grpo_textworld")
+    Args, main = example.Args, example.main
 
     kw = {"task_id": "scripted-0", "perturbations": "composite"}
     with serve_in_thread(ServeConfig(env=ENV, env_kwargs=json.dumps(kw), port=0)) as srv:

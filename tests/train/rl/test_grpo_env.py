@@ -81,7 +81,10 @@ def test_tool_env_is_what_trl_introspects():
 
 
 def test_a_few_grpo_steps_log_a_reward_and_change_the_parameters(tmp_path):
-    from r2v_train.rl.grpo_textworld import Args, main
+    from tests.support.examples import load_example
+
+    example = load_example("grpo_textworld")
+    Args, main = example.Args, example.main
 
     summary = main(Args(env_id=ENV, task_ids=("scripted-0",), max_steps=2, num_generations=4, max_turns=4,
                         output_dir=str(tmp_path / "grpo"), seed=1))

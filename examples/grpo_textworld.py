@@ -2,12 +2,13 @@
 
 Each training prompt is a reset seed; its ``num_generations`` rollouts play that episode start (same game, same
 perturbation seed z) for up to ``max_turns`` actions, sampled from the policy itself, and the env's return is the
-reward (r2v_train/rl/grpo_env.py). With no ``--model``, a tiny Qwen2 and a byte-level BPE tokenizer are built locally
+reward (``r2v_train.rl.grpo_env``: TRL's ``rollout_func`` and ``environment_factory`` forms). ``r2v rl`` is the
+trainer of a run's SLM (``r2v_train.rl.grpo``); this file shows TRL's own ``GRPOTrainer`` on an r2v env, in one page. With no ``--model``, a tiny Qwen2 and a byte-level BPE tokenizer are built locally
 from expert text of the env (nothing from a hub); ``--model DIR`` takes any local transformers checkpoint
 directory instead (e.g. a ``save_pretrained`` copy of SmolLM2-135M-Instruct).
 
-    python -m r2v_train.rl.grpo_textworld --max-steps 3
-    python -m r2v_train.rl.grpo_textworld --model /path/to/smollm2-135m-instruct --max-steps 20
+    python examples/grpo_textworld.py --max-steps 3
+    python examples/grpo_textworld.py --model /path/to/smollm2-135m-instruct --max-steps 20
 
 Rollouts can step envs on ``r2v serve`` servers instead of in process (docs/serving.md): ``--server URL`` (a server of
 ``--env-id``), or ``--mix textworld=URL1 alfworld=URL2`` for one run whose examples alternate between benchmarks (the
