@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,7 +52,7 @@ from r2v_train.chain.preferences import PreferenceConfig
 from r2v_train.router.bagging import fit_router
 from r2v_train.router.config import RouterTrainConfig
 from r2v_train.router.data import RouterData
-from r2v_train.run_dir import MANIFEST, MARKER, stage_paths
+from r2v_train.run_dir import MANIFEST, MARKER, slm_model, stage_paths
 from r2v_train.runtime.cpu import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
 from r2v_train.runtime.narrate import describe_stage, duration, eta_text, say
 
@@ -89,7 +90,7 @@ class ChainConfig:
             raise UnknownChoiceError("cpu_kernels", self.cpu_kernels, CPU_KERNELS)
 
 
-def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
+def stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
     def split(c, d):
         s = collect.split_stage(c.env, c.split, os.path.join(d, "split"))
         return {"split": stage_paths(d)["split"], "train_tasks": len(s["used"]["train"]),
@@ -118,7 +119,8 @@ def _stage_fns() -> dict[str, Callable[[ChainConfig, str], dict[str, Any]]]:
 
     def router_data(c, d):
         split_ = collect.load_split(os.path.join(d, "split"))
-        out = collect.router_data_stage(c.env, c.router_data, stage_paths(d)["dpo_model"], split_,
+        # the run's SLM (slm_model): the DPO model here, the RL-tuned one when `r2v rl` reruns this stage
+        out = collect.router_data_stage(c.env, c.router_data, slm_model(d), split_,
                                         os.path.join(d, "router_data"), progress=c.progress)
         return {part: {"dir": s["out_dir"], "success_rate": _success(s["out_dir"])} for part, s in out.items()}
 
@@ -179,11 +181,10 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
     pin_cpu_kernels(config.cpu_kernels)
     set_threads(config.threads)
     manifest = _manifest(config, run_dir)
-    fns = _stage_fns()
+    fns = stage_fns()
     ids: dict[str, str] = {}
     results: dict[str, dict[str, Any]] = {}
     for stage in STAGES:
-        sdir = os.path.join(run_dir, stage)
         marker = read_marker(run_dir, stage)
         missing = [u for u in UPSTREAM[stage] if u not in ids]
         wanted = only is None or stage in only
@@ -199,31 +200,46 @@ def run_chain(config: ChainConfig, run_dir: str | os.PathLike, only: Sequence[st
             if current:
                 ids[stage] = marker["run_id"]
             continue
-        if current:
-            ids[stage] = marker["run_id"]
-            results[stage] = {"dir": sdir, "outputs": marker["outputs"], "wall_s": marker["wall_s"], "skipped": True}
-            manifest["stages"][stage] = {"status": "skipped", "wall_s": marker["wall_s"], "run_id": marker["run_id"]}
-            say(f"{_step(stage)} {stage}: done before ({duration(marker['wall_s'])}), skipped")
-            continue
-        if before_stage is not None:
-            before_stage(stage)
-        say(f"{_step(stage)} {stage}: {describe_stage(config, stage, results.get('split', {}).get('outputs', {}))}"
-            f"{eta_text((manifest['stages'].get(stage) or {}).get('wall_s'))}")
-        prepare_stage_dir(sdir, key)
-        t0 = time.perf_counter()
-        outputs = jsonable(fns[stage](config, run_dir))
-        wall = time.perf_counter() - t0
-        say(f"{_step(stage)} {stage}: finished in {duration(wall)}")
-        marker = {"stage": stage, "key": key, "run_id": uuid.uuid4().hex,
-                  "config": jsonable(asdict(getattr(config, stage))),
-                  "outputs": outputs, "wall_s": wall, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        write_json_atomic(os.path.join(sdir, MARKER), marker)
-        ids[stage] = marker["run_id"]
-        results[stage] = {"dir": sdir, "outputs": outputs, "wall_s": wall, "skipped": False}
-        manifest["stages"][stage] = {"status": "ran", "wall_s": wall, "run_id": marker["run_id"]}
-        write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+        what = describe_stage(config, stage, results.get("split", {}).get("outputs", {})) if not current else ""
+        result = run_stage(run_dir, stage, key, functools.partial(fns[stage], config, run_dir), manifest,
+                           label=f"{_step(stage)} {stage}", what=what, done=marker if current else None,
+                           before=None if before_stage is None else functools.partial(before_stage, stage),
+                           record={"config": jsonable(asdict(getattr(config, stage)))})
+        ids[stage] = result.pop("run_id")
+        results[stage] = result
     write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
     return results
+
+
+def run_stage(run_dir: str, name: str, key: str, fn: Callable[[], Any], manifest: dict[str, Any], *, label: str,
+              what: str, done: dict[str, Any] | None = None, before: Callable[[], None] | None = None,
+              record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One stage of a run directory, the way every stage runner runs one (the chain's, ``r2v rl``'s): skipped when
+    ``done`` (its ``stage.json``, read by the caller and found current: same key); otherwise ``before()``, its
+    directory prepared for ``key`` (:func:`prepare_stage_dir`: partial outputs of the same key kept to resume),
+    ``fn()`` run, ``stage.json`` written (``record`` added: e.g. the stage's config) and the manifest's entry
+    updated. One line on stderr before and after, prefixed ``label``; ``what`` says what the stage does. Returns
+    ``{"dir", "outputs", "wall_s", "skipped", "run_id"}``."""
+    sdir = os.path.join(run_dir, name)
+    if done is not None:
+        manifest["stages"][name] = {"status": "skipped", "wall_s": done["wall_s"], "run_id": done["run_id"]}
+        say(f"{label}: done before ({duration(done['wall_s'])}), skipped")
+        return {"dir": sdir, "outputs": done["outputs"], "wall_s": done["wall_s"], "skipped": True,
+                "run_id": done["run_id"]}
+    if before is not None:
+        before()
+    say(f"{label}: {what}{eta_text((manifest['stages'].get(name) or {}).get('wall_s'))}")
+    prepare_stage_dir(sdir, key)
+    t0 = time.perf_counter()
+    outputs = jsonable(fn())
+    wall = time.perf_counter() - t0
+    say(f"{label}: finished in {duration(wall)}")
+    marker = {"stage": name, "key": key, "run_id": uuid.uuid4().hex, **(record or {}), "outputs": outputs,
+              "wall_s": wall, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_json_atomic(os.path.join(sdir, MARKER), marker)
+    manifest["stages"][name] = {"status": "ran", "wall_s": wall, "run_id": marker["run_id"]}
+    write_json_atomic(os.path.join(run_dir, MANIFEST), manifest)
+    return {"dir": sdir, "outputs": outputs, "wall_s": wall, "skipped": False, "run_id": marker["run_id"]}
 
 
 def _step(stage: str) -> str:

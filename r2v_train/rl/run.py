@@ -22,6 +22,7 @@ checkpoint, the runner stages from their shards.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -33,8 +34,7 @@ from typing import Any
 
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.provenance import git_revision, package_versions
-from r2v_train.chain import collect
-from r2v_train.chain.stages import MARKER, ChainConfig, prepare_stage_dir, read_marker, set_threads
+from r2v_train.chain.stages import ChainConfig, read_marker, run_stage, set_threads, stage_fns
 from r2v_train.config import load_config
 from r2v_train.evaluation.agents import agents_from_run
 from r2v_train.evaluation.methods import EvalConfig, evaluate
@@ -42,10 +42,7 @@ from r2v_train.evaluation.report import write_report
 from r2v_train.rl.compare import compare_runs, comparison_lines
 from r2v_train.rl.config import RLConfig
 from r2v_train.rl.grpo import train_grpo
-from r2v_train.router.bagging import fit_router
-from r2v_train.router.data import RouterData
 from r2v_train.run_dir import MANIFEST, eval_dir, pipeline_file, slm_model, stage_paths
-from r2v_train.runtime.narrate import duration, say
 
 RL_STAGES = ("rl", "router_data", "router", "evaluate")
 RESULTS = "results.json"
@@ -124,33 +121,21 @@ def run_rl(cfg: RLConfig, source: str | os.PathLike, out: str | os.PathLike,
         ev = dataclasses.replace(ev, methods=("slm",), heuristic_sweep=(), entropy_sweep=())
     fns: dict[str, Callable[[], dict[str, Any]]] = {
         "rl": lambda: train_grpo(cfg, chain, model, os.path.join(out, "split"), os.path.join(out, "rl")),
-        "router_data": lambda: _router_data(chain, out),
-        "router": lambda: _router(chain, out),
+        # the chain's own stages 7 and 8: they read the run's SLM (slm_model), here the RL-tuned one
+        "router_data": functools.partial(stage_fns()["router_data"], chain, out),
+        "router": functools.partial(stage_fns()["router"], chain, out),
         "evaluate": lambda: _evaluate(chain, ev, source, out, cfg)}
     upstream = ""
     for i, stage in enumerate(wanted):
-        sdir = os.path.join(out, stage if stage != "evaluate" else "eval")
+        name = stage if stage != "evaluate" else "eval"  # Table 1's directory, as in any run
         key = _key(stage, cfg, model, upstream)
-        marker = read_marker(out, stage if stage != "evaluate" else "eval")
-        if marker is not None and marker["key"] == key:
-            say(f"rl stage {i + 1}/{len(wanted)} {stage}: done before ({duration(marker['wall_s'])}), skipped")
-            upstream = marker["run_id"]
-            continue
-        say(f"rl stage {i + 1}/{len(wanted)} {stage}: {_describe(stage, cfg, chain, ev)}")
-        if stage == "rl":
-            _refuse_to_clear_training(sdir, key)
-        prepare_stage_dir(sdir, key)
-        t0 = time.perf_counter()
-        outputs = jsonable(fns[stage]())
-        wall = time.perf_counter() - t0
-        run_id = hashlib.blake2b(f"{key}{time.time_ns()}".encode(), digest_size=16).hexdigest()
-        write_json_atomic(os.path.join(sdir, MARKER), {"stage": stage, "key": key, "run_id": run_id,
-                                                       "outputs": outputs, "wall_s": wall,
-                                                       "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        manifest["stages"][stage] = {"status": "ran", "wall_s": wall, "run_id": run_id}
-        write_json_atomic(os.path.join(out, MANIFEST), manifest)
-        say(f"rl stage {i + 1}/{len(wanted)} {stage}: finished in {duration(wall)}")
-        upstream = run_id
+        marker = read_marker(out, name)
+        current = marker is not None and marker["key"] == key
+        result = run_stage(out, name, key, fns[stage], manifest, label=f"rl stage {i + 1}/{len(wanted)} {stage}",
+                           what="" if current else _describe(stage, cfg, chain, ev), done=marker if current else None,
+                           before=functools.partial(_refuse_to_clear_training, os.path.join(out, name), key)
+                           if stage == "rl" else None)
+        upstream = result["run_id"]
     path = os.path.join(out, "rl", RESULTS)
     return json.loads(Path(path).read_text()) if os.path.exists(path) else {}
 
@@ -179,22 +164,6 @@ def _describe(stage: str, cfg: RLConfig, chain: ChainConfig, ev: EvalConfig) -> 
             "router": "the router on the RL-tuned SLM's rows",
             "evaluate": f"{', '.join(ev.methods)} on the {ev.split} split with the RL-tuned SLM, compared with the "
                         "source run on the same episodes"}[stage]
-
-
-def _router_data(chain: ChainConfig, out: str) -> dict[str, Any]:
-    split = collect.load_split(os.path.join(out, "split"))
-    res = collect.router_data_stage(chain.env, chain.router_data, stage_paths(out)["rl_model"], split,
-                                    os.path.join(out, "router_data"), progress=chain.progress)
-    return {part: {"dir": s["out_dir"], "episodes": s["episodes"] + s["skipped"]} for part, s in res.items()}
-
-
-def _router(chain: ChainConfig, out: str) -> dict[str, Any]:
-    p = stage_paths(out)
-    train, valid = RouterData.from_run(p["router_data_train"]), RouterData.from_run(p["router_data_valid"])
-    r = fit_router(train, valid, chain.router, run_dir=os.path.join(out, "router"))
-    v = r.metrics["valid"]
-    return {"router": p["router"], "threshold": r.threshold, "valid_ece": v["ece"], "valid_brier": v["brier"],
-            "escalation_rate": v["escalation_rate"]}
 
 
 def _evaluate(chain: ChainConfig, ev: EvalConfig, source: str, out: str, cfg: RLConfig) -> dict[str, Any]:

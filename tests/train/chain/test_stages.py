@@ -136,3 +136,30 @@ def test_dpo_on_no_preference_pair_is_a_typed_error(tmp_path):
     with pytest.raises(EmptyDatasetError, match="no preference pair"):
         dpo_stage(DPOConfig(max_steps=1), str(tmp_path / "no-model"), str(pairs), tmp_path / "dpo")
     assert not (tmp_path / "dpo" / "model").exists()
+
+
+def test_run_stage_runs_marks_and_skips_as_every_stage_runner_does(tmp_path, capsys):
+    """run_stage is the one stage runner of the chain and `r2v rl`: it runs a stage into a fresh directory, writes
+    stage.json and the manifest entry, and a caller that finds that marker current gets it back without a run."""
+    from r2v_train.chain.stages import run_stage
+
+    run, manifest, calls = str(tmp_path), {"stages": {}}, []
+    os.makedirs(tmp_path / "bc")
+    (tmp_path / "bc" / "stale.txt").write_text("left by a run of another key")
+
+    def stage():
+        calls.append(1)
+        return {"rows": 3}
+
+    ran = run_stage(run, "bc", "key-1", stage, manifest, label="stage 4/8 bc", what="behaviour cloning",
+                    record={"config": {"lr": 1e-3}})
+    marker = read_marker(run, "bc")
+    assert calls == [1] and ran["outputs"] == {"rows": 3} and not ran["skipped"] and ran["run_id"] == marker["run_id"]
+    assert marker["key"] == "key-1" and marker["config"] == {"lr": 1e-3} and not (tmp_path / "bc" / "stale.txt").exists()
+    assert manifest["stages"]["bc"]["status"] == "ran"
+    assert json.loads((tmp_path / "manifest.json").read_text())["stages"]["bc"]["run_id"] == marker["run_id"]
+    skipped = run_stage(run, "bc", "key-1", stage, manifest, label="stage 4/8 bc", what="", done=marker)
+    assert calls == [1] and skipped["skipped"] and skipped["run_id"] == marker["run_id"]
+    assert skipped["outputs"] == {"rows": 3} and manifest["stages"]["bc"]["status"] == "skipped"
+    err = capsys.readouterr().err
+    assert "stage 4/8 bc: behaviour cloning" in err and "stage 4/8 bc: done before" in err
