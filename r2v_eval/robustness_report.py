@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from r2v_agents.shards import load_rows
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.cells import cell_episodes
 from r2v_eval.robustness import CLEAN, cells_of, compare, summarise
+from r2v_eval.stats import fmt_ci
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -28,10 +29,6 @@ PLOT_FILE = "sr_by_perturbation.png"
 
 def fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
-
-
-def fmt_ci(ci: Sequence[float] | None) -> str:
-    return "-" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
 
 
 def write_report(out_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:

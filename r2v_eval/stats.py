@@ -11,6 +11,8 @@ Example:
     (75.0, 50.0)
     >>> ci["sr_ci"][0] <= ci["sr"] <= ci["sr_ci"][1]
     True
+    >>> with_ci(55.128, [44.87, 66.67]), with_ci(1.3, [0.0, 3.8], signed=True), fmt_ci(None)
+    ('55.1 [44.9, 66.7]', '+1.3 [+0.0, +3.8]', '-')
 """
 
 from __future__ import annotations
@@ -124,3 +126,19 @@ def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
     front = [k for k, (c, s) in points.items()
              if not any((c2 <= c and s2 >= s and (c2, s2) != (c, s)) for k2, (c2, s2) in points.items() if k2 != k)]
     return sorted(front, key=lambda k: points[k])
+
+
+def fmt_ci(ci: Sequence[float] | None, signed: bool = False) -> str:
+    """A 95% CI as every report, table and progress line writes it: ``[lo, hi]`` to one decimal (``signed``: with
+    the sign, for differences); ``-`` when there is none."""
+    if not ci:
+        return "-"
+    f = "+.1f" if signed else ".1f"
+    return f"[{ci[0]:{f}}, {ci[1]:{f}}]"
+
+
+def with_ci(value: float, ci: Sequence[float] | None, signed: bool = False) -> str:
+    """``value [lo, hi]`` (:func:`fmt_ci`); the value alone when there is no CI."""
+    text = f"{value:{'+.1f' if signed else '.1f'}}"
+    return f"{text} {fmt_ci(ci, signed)}" if ci else text
+

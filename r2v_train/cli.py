@@ -31,6 +31,7 @@ from r2v_envs.resolve import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main
+from r2v_eval.stats import with_ci
 from r2v_eval.view import main as view_main
 from r2v_train import run_dir as paths
 from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
@@ -185,7 +186,7 @@ def rl(args: RLArgs) -> dict[str, Any]:
         for method, c in methods.items():
             d = c["paired"]
             print(f"{cond:10s} {method:9s} SR {c['rl']['sr']:5.1f} (source {c['source']['sr']:5.1f}, paired "
-                  f"{d['sr_diff']:+.1f} [{d['sr_diff_ci'][0]:+.1f}, {d['sr_diff_ci'][1]:+.1f}])  LLM% "
+                  f"{with_ci(d['sr_diff'], d['sr_diff_ci'], signed=True)})  LLM% "
                   f"{c['rl']['llm_pct']:5.1f} (source {c['source']['llm_pct']:5.1f})")
     print(f"RL run: {args.target()} (report: {os.path.join(args.target(), 'report.md')})")
     return summary
@@ -197,9 +198,9 @@ def drrn(args: DRRNArgs) -> None:
 
     s = train_drrn(args.config(), args.run_dir)
     f, last, rise = s["first_tenth"], s["last_tenth"], s["rise"]
-    print(f"DRRN on {s['env_id']} ({s['perturbations']}): {s['episodes']} episodes; won first tenth {f['sr']:.1f} "
-          f"[{f['sr_ci'][0]:.1f}, {f['sr_ci'][1]:.1f}], last tenth {last['sr']:.1f} [{last['sr_ci'][0]:.1f}, "
-          f"{last['sr_ci'][1]:.1f}], rise {rise['diff']:+.1f} [{rise['diff_ci'][0]:+.1f}, {rise['diff_ci'][1]:+.1f}]; "
+    print(f"DRRN on {s['env_id']} ({s['perturbations']}): {s['episodes']} episodes; won first tenth "
+          f"{with_ci(f['sr'], f['sr_ci'])}, last tenth {with_ci(last['sr'], last['sr_ci'])}, rise "
+          f"{with_ci(rise['diff'], rise['diff_ci'], signed=True)}; "
           f"{s['env_steps_per_s']} env steps/s, {s['updates_per_s']} updates/s")
     print(f"DRRN run: {args.run_dir} (r2v eval --agent drrn:{args.run_dir})")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
+from r2v_eval.stats import with_ci
 from r2v_train.chain.collect import make_teacher
 from r2v_train.chain.stages import run_chain
 from r2v_train.config import PipelineConfig
@@ -102,7 +103,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
              **{f"{k} wall time": f"{v:.0f} s" for k, v in timings.items() if k != "games_up_front"}}
     if baseline is not None:
         extra[f"SLM-only before training ({cfg.baseline_slm})"] = (
-            f"SR {baseline['sr']:.1f} [{baseline['sr_ci'][0]:.1f}, {baseline['sr_ci'][1]:.1f}] over "
+            f"SR {with_ci(baseline['sr'], baseline['sr_ci'])} over "
             f"{baseline['episodes']} episodes (trained SLM-only: SR {results['conditions'][results['main_condition']]['slm']['sr']:.1f})")
     report = write_report(run_dir, extra=extra)
     summary = {"config": jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
@@ -150,9 +151,9 @@ def summary_text(summary: Mapping[str, Any]) -> str:
     for m in ("heuristic", "entropy"):
         d = (summary.get("paired") or {}).get(m)
         if d:
-            lines.append(f"R2V minus {METHOD_LABELS[m].lower()} (paired): SR {d['sr_diff']:+.1f} "
-                         f"[{d['sr_diff_ci'][0]:+.1f}, {d['sr_diff_ci'][1]:+.1f}], LLM% {d['llm_pct_diff']:+.1f} "
-                         f"[{d['llm_pct_diff_ci'][0]:+.1f}, {d['llm_pct_diff_ci'][1]:+.1f}] points")
+            lines.append(f"R2V minus {METHOD_LABELS[m].lower()} (paired): SR "
+                         f"{with_ci(d['sr_diff'], d['sr_diff_ci'], signed=True)}, LLM% "
+                         f"{with_ci(d['llm_pct_diff'], d['llm_pct_diff_ci'], signed=True)} points")
     for name, c in summary["calibration"].items():
         lines.append(f"router {name}: validation ECE {c['ece']:.4f}, Brier {c['brier']:.4f}")
     lines.append(f"total {summary['timings_s']['total']:.0f} s; report: {summary['report']}")

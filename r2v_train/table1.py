@@ -27,6 +27,7 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import atomic_write, write_json_atomic
+from r2v_eval.stats import with_ci
 from r2v_train.config import CONFIG_DIR, load_config
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
 from r2v_train.pipeline import run_pipeline
@@ -150,8 +151,7 @@ def cell(c: Mapping[str, Any] | None, key: str) -> str:
     """``value [lo, hi]`` of a method cell's ``key`` (sr or llm_pct), or ``-`` when there is no cell."""
     if not c or c.get(key) is None:
         return "-"
-    ci = c.get(f"{key}_ci")
-    return f"{c[key]:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+    return with_ci(c[key], c.get(f"{key}_ci"))
 
 
 def table1_markdown(data: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.fileio import atomic_write
+from r2v_eval.stats import fmt_ci, with_ci
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
 from r2v_train.evaluation.study import BASELINES
 from r2v_train.run_dir import (
@@ -109,9 +110,8 @@ def paired_table(paired: Mapping[str, Mapping[str, Any]]) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     for m in [m for m in METHODS if m in paired] + [m for m in paired if m not in METHODS]:
         d = paired[m]
-        lines.append(f"| {METHOD_LABELS.get(m, m)} | {d['sr_diff']:+.1f} | [{d['sr_diff_ci'][0]:+.1f}, "
-                     f"{d['sr_diff_ci'][1]:+.1f}] | {d['llm_pct_diff']:+.1f} | [{d['llm_pct_diff_ci'][0]:+.1f}, "
-                     f"{d['llm_pct_diff_ci'][1]:+.1f}] | {d['episodes']} |")
+        lines.append(f"| {METHOD_LABELS.get(m, m)} | {d['sr_diff']:+.1f} | {fmt_ci(d['sr_diff_ci'], signed=True)} | "
+                     f"{d['llm_pct_diff']:+.1f} | {fmt_ci(d['llm_pct_diff_ci'], signed=True)} | {d['episodes']} |")
     return "\n".join(lines)
 
 
@@ -136,7 +136,7 @@ def ablation_table(rows: list[Mapping[str, Any]]) -> str:
         if isinstance(v, float):
             return f"{v:.4f}" if abs(v) < 1 else f"{v:.1f}"
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, float) for x in v):
-            return f"[{v[0]:.1f}, {v[1]:.1f}]"
+            return fmt_ci(v)
         return "-" if v is None else str(v)
 
     return "\n".join(["| " + " | ".join(keys) + " |", "|---|" + "---:|" * (len(keys) - 1)]
@@ -266,8 +266,8 @@ def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | Non
     for name, sweep in (results.get("sweeps") or {}).items():
         parts += [f"## {name.capitalize()} router across thresholds", "",
                   "| threshold | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |", "|---:|---:|---:|---:|---:|---:|"]
-        parts += [f"| {c['threshold']:g} | {c['sr']:.1f} | [{c['sr_ci'][0]:.1f}, {c['sr_ci'][1]:.1f}] | "
-                  f"{c['llm_pct']:.1f} | [{c['llm_pct_ci'][0]:.1f}, {c['llm_pct_ci'][1]:.1f}] | {c['episodes']} |"
+        parts += [f"| {c['threshold']:g} | {c['sr']:.1f} | {fmt_ci(c['sr_ci'])} | "
+                  f"{c['llm_pct']:.1f} | {fmt_ci(c['llm_pct_ci'])} | {c['episodes']} |"
                   for c in sweep]
         match = matched_reliability(results, baseline=name)
         parts += ["", f"At matched reliability (SR within {match['slack']:g} points of R2V's {match['method_sr']:.1f}%), "
@@ -320,8 +320,7 @@ def parse_markdown_table(text: str, heading: str) -> list[dict[str, str]]:
 
 def _paired_text(x: Mapping[str, Any]) -> str:
     """A paired difference as ``SR diff, LLM% diff [LLM% CI]`` (one cell of the study's tables)."""
-    lo, hi = x["llm_pct_diff_ci"]
-    return f"{x['sr_diff']:+.1f}, {x['llm_pct_diff']:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+    return f"{x['sr_diff']:+.1f}, {with_ci(x['llm_pct_diff'], x['llm_pct_diff_ci'], signed=True)}"
 
 
 def study_tables(run_dir: str | os.PathLike) -> list[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_eval.cells import outcomes, paired
+from r2v_eval.stats import with_ci
 from r2v_train.run_dir import cell_dir, results_file
 
 
@@ -55,8 +56,8 @@ def comparison_lines(summary: Mapping[str, Any]) -> dict[str, str]:
         for method, c in methods.items():
             rl, src, d = c["rl"], c["source"], c["paired"]
             lines[f"{cond}: {method}"] = (
-                f"SR {rl['sr']:.1f} [{rl['sr_ci'][0]:.1f}, {rl['sr_ci'][1]:.1f}] vs {src['sr']:.1f}: "
-                f"{d['sr_diff']:+.1f} [{d['sr_diff_ci'][0]:+.1f}, {d['sr_diff_ci'][1]:+.1f}] points (paired, "
+                f"SR {with_ci(rl['sr'], rl['sr_ci'])} vs {src['sr']:.1f}: "
+                f"{with_ci(d['sr_diff'], d['sr_diff_ci'], signed=True)} points (paired, "
                 f"{d['episodes']} episodes); LLM% {rl['llm_pct']:.1f} vs {src['llm_pct']:.1f}: "
-                f"{d['llm_pct_diff']:+.1f} [{d['llm_pct_diff_ci'][0]:+.1f}, {d['llm_pct_diff_ci'][1]:+.1f}]")
+                f"{with_ci(d['llm_pct_diff'], d['llm_pct_diff_ci'], signed=True)}")
     return lines

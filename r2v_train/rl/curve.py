@@ -31,6 +31,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from r2v_envs.fileio import write_json_atomic
+from r2v_eval.stats import with_ci
 from r2v_train.rl.plot import CURVE_FILE, CURVE_PNG, load_curve, plot_curve  # noqa: F401 - this module's API
 
 
@@ -67,12 +68,10 @@ class LearningCurve(TrainerCallback):
         self.curve["eval"][key] = point
         self._save()
         if self.progress:
-            lo, hi = point["sr_ci"]
             alone = ""
             if point.get("policy_sr") is not None:
-                plo, phi = point["policy_sr_ci"]
-                alone = f", policy alone SR {point['policy_sr']:.1f} [{plo:.1f}, {phi:.1f}]"
-            print(f"[r2v rl] step {step}: {point.get('split', 'eval')} SR {point['sr']:.1f} [{lo:.1f}, {hi:.1f}] "
+                alone = f", policy alone SR {with_ci(point['policy_sr'], point['policy_sr_ci'])}"
+            print(f"[r2v rl] step {step}: {point.get('split', 'eval')} SR {with_ci(point['sr'], point['sr_ci'])} "
                   f"over {point['episodes']} episodes{alone}, mean return {point['mean_return']:.3f} "
                   f"(evaluated in {point['eval_wall_s']:.0f} s)", file=sys.stderr)
         return point
