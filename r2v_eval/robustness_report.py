@@ -20,15 +20,11 @@ from r2v_agents.shards import load_rows
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.cells import cell_episodes
 from r2v_eval.robustness import CLEAN, cells_of, compare, summarise
-from r2v_eval.stats import fmt_ci
+from r2v_eval.stats import fmt_ci, fmt_num
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 PLOT_FILE = "sr_by_perturbation.png"
-
-
-def fmt(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def write_report(out_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -65,15 +61,15 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
               "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
     for c in results["cells"]:
         d = c.get("drop_vs_clean")
-        pk = " / ".join(fmt(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c["pass_k"] else "-"
+        pk = " / ".join(fmt_num(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c["pass_k"] else "-"
         worst = "-" if not c["worst_seed"] else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
         kinds = ", ".join(f"{k} {v}" for k, v in c["not_run_by_kind"].items())
         lines.append("| " + " | ".join([
-            str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt(c["sr"]), fmt_ci(c["sr_ci"]),
-            "-" if c["perturbation"] == CLEAN or not d else fmt(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
-            pk, worst, fmt(c.get("mean_steps")), fmt(c.get("mean_tokens"), 0), fmt(c.get("mean_cost"), 4),
-            fmt(c.get("mean_latency_s"), 2), fmt(c.get("step_latency_s"), 3), fmt(c.get("non_exact_pct")),
-            fmt(c.get("invalid_pct")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
+            str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt_num(c["sr"]), fmt_ci(c["sr_ci"]),
+            "-" if c["perturbation"] == CLEAN or not d else fmt_num(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
+            pk, worst, fmt_num(c.get("mean_steps")), fmt_num(c.get("mean_tokens"), 0), fmt_num(c.get("mean_cost"), 4),
+            fmt_num(c.get("mean_latency_s"), 2), fmt_num(c.get("step_latency_s"), 3), fmt_num(c.get("non_exact_pct")),
+            fmt_num(c.get("invalid_pct")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
             f"{c['request_retries']} / {c['episode_reruns']}"]) + " |")
     lines.append("")
     if plot:
@@ -131,8 +127,8 @@ def compare_text(a_dir: str | os.PathLike, b_dir: str | os.PathLike, n_boot: int
              "| env | perturbation | paired episodes | SR A (%) | SR B (%) | A - B (points) | 95% CI |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['env']} | {r['perturbation']} | {r['episodes']} | {fmt(r['sr_a'])} | {fmt(r['sr_b'])} "
-                     f"| {fmt(r['diff'])} | {fmt_ci(r['diff_ci'])} |")
+        lines.append(f"| {r['env']} | {r['perturbation']} | {r['episodes']} | {fmt_num(r['sr_a'])} | {fmt_num(r['sr_b'])} "
+                     f"| {fmt_num(r['diff'])} | {fmt_ci(r['diff_ci'])} |")
     return "\n".join(lines)
 
 

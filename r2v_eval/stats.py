@@ -11,8 +11,8 @@ Example:
     (75.0, 50.0)
     >>> ci["sr_ci"][0] <= ci["sr"] <= ci["sr_ci"][1]
     True
-    >>> with_ci(55.128, [44.87, 66.67]), with_ci(1.3, [0.0, 3.8], signed=True), fmt_ci(None)
-    ('55.1 [44.9, 66.7]', '+1.3 [+0.0, +3.8]', '-')
+    >>> with_ci(55.128, [44.87, 66.67]), with_ci(1.3, [0.0, 3.8], signed=True), fmt_ci(None), fmt_num(None)
+    ('55.1 [44.9, 66.7]', '+1.3 [+0.0, +3.8]', '-', '-')
 """
 
 from __future__ import annotations
@@ -126,6 +126,11 @@ def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
     front = [k for k, (c, s) in points.items()
              if not any((c2 <= c and s2 >= s and (c2, s2) != (c, s)) for k2, (c2, s2) in points.items() if k2 != k)]
     return sorted(front, key=lambda k: points[k])
+
+
+def fmt_num(x: float | None, digits: int = 1) -> str:
+    """A number of a report or table cell to ``digits`` decimals; ``-`` when there is none."""
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def fmt_ci(ci: Sequence[float] | None, signed: bool = False) -> str:

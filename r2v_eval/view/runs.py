@@ -14,7 +14,7 @@ Every number in the summary comes from the run's own ``results.json`` (computed 
 attempt of an episode winning (:func:`r2v_eval.cells.cell_episodes`).
 
 Example:
-    >>> pct(41.234), fmt_ci([41.234, 60.0]), pct(None)
+    >>> fmt_num(41.234), fmt_ci([41.234, 60.0]), fmt_num(None)
     ('41.2', '[41.2, 60.0]', '-')
 """
 
@@ -32,7 +32,7 @@ from r2v_agents.runner import RUN_FILE
 from r2v_agents.shards import shard_files
 from r2v_eval.cells import cell_episodes, failure_kind
 from r2v_eval.robustness import cells_of
-from r2v_eval.stats import fmt_ci
+from r2v_eval.stats import fmt_ci, fmt_num
 
 EPISODE_COLUMNS = ("cell", "episode_id", "benchmark", "task_id", "z", "success", "steps", "teacher_calls", "cost",
                    "not_run", "error", "attempts")
@@ -52,10 +52,6 @@ class Cell:
     condition: str
     method: str
     dir: Path
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def _json(path: Path) -> dict[str, Any] | None:
@@ -154,12 +150,12 @@ def _eval_table(res: Mapping[str, Any]) -> dict[str, Any]:
     rows = []
     for c in res["cells"]:
         d = c.get("drop_vs_clean")
-        pk = " / ".join(pct(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c.get("pass_k") else "-"
+        pk = " / ".join(fmt_num(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c.get("pass_k") else "-"
         worst = "-" if not c.get("worst_seed") else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
         kinds = ", ".join(f"{k} {v}" for k, v in (c.get("not_run_by_kind") or {}).items())
-        rows.append([str(c.get("benchmark") or c["env"]), c["perturbation"], str(c["scored"]), pct(c["sr"]),
-                     fmt_ci(c["sr_ci"]), pct(d["drop"]) if d else "-", fmt_ci(d["drop_ci"]) if d else "-", pk, worst,
-                     pct(c.get("mean_steps")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
+        rows.append([str(c.get("benchmark") or c["env"]), c["perturbation"], str(c["scored"]), fmt_num(c["sr"]),
+                     fmt_ci(c["sr_ci"]), fmt_num(d["drop"]) if d else "-", fmt_ci(d["drop_ci"]) if d else "-", pk, worst,
+                     fmt_num(c.get("mean_steps")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
                      f"{c.get('request_retries', 0)} / {c.get('episode_reruns', 0)}"])
     return {"title": "SR by benchmark and perturbation (95% bootstrap CIs)", "columns": head, "rows": rows}
 
@@ -169,7 +165,7 @@ def _pipeline_tables(res: Mapping[str, Any]) -> list[dict[str, Any]]:
     head = ["method", "SR (%)", "SR 95% CI", "LLM%", "LLM% 95% CI", "episodes"]
 
     def row(name: str, c: Mapping[str, Any]) -> list[str]:
-        return [name, pct(c["sr"]), fmt_ci(c["sr_ci"]), pct(c["llm_pct"]), fmt_ci(c["llm_pct_ci"]), str(c["episodes"])]
+        return [name, fmt_num(c["sr"]), fmt_ci(c["sr_ci"]), fmt_num(c["llm_pct"]), fmt_ci(c["llm_pct_ci"]), str(c["episodes"])]
 
     tables = []
     for cond in conditions(res):

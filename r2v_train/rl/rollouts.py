@@ -73,7 +73,7 @@ def select_tasks(tasks: Sequence[str], patterns: Sequence[str]) -> list[str]:
     if not patterns:
         return list(tasks)
     for pattern in patterns:
-        if not fnmatch.filter(tasks, pattern):
+        if not any(fnmatch.fnmatchcase(t, pattern) for t in tasks):
             raise UnknownChoiceError("train task (or pattern)", pattern, tasks)
     return [t for t in tasks if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
 

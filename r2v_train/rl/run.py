@@ -119,11 +119,12 @@ def run_rl(cfg: RLConfig, source: str | os.PathLike, out: str | os.PathLike,
     wanted = [s for s in RL_STAGES if s in stages and (cfg.router or s in ("rl", "evaluate"))]
     if not cfg.router:  # without a router only the SLM is evaluated again
         ev = dataclasses.replace(ev, methods=("slm",), heuristic_sweep=(), entropy_sweep=())
+    chain_stages = stage_fns()
     fns: dict[str, Callable[[], dict[str, Any]]] = {
         "rl": lambda: train_grpo(cfg, chain, model, os.path.join(out, "split"), os.path.join(out, "rl")),
         # the chain's own stages 7 and 8: they read the run's SLM (slm_model), here the RL-tuned one
-        "router_data": functools.partial(stage_fns()["router_data"], chain, out),
-        "router": functools.partial(stage_fns()["router"], chain, out),
+        "router_data": functools.partial(chain_stages["router_data"], chain, out),
+        "router": functools.partial(chain_stages["router"], chain, out),
         "evaluate": lambda: _evaluate(chain, ev, source, out, cfg)}
     upstream = ""
     for i, stage in enumerate(wanted):
