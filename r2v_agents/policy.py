@@ -40,6 +40,7 @@ class Candidate:
     verifier_score: float | None = None
     token_ids: tuple[int, ...] | None = None  # the sampled ids (not logged; for re-scoring)
     prompt_token_ids: tuple[int, ...] | None = None  # the ids the model was conditioned on (after truncation)
+    text: str | None = None  # the decoded completion before parsing (a chat agent grounds it itself; not logged)
 
     @property
     def mean_logprob(self) -> float | None:

@@ -27,7 +27,8 @@ from typing import Any
 from r2v_agents.backbones import load_backbone
 from r2v_agents.context import Context
 from r2v_agents.policy import BatchPolicy, Decision
-from r2v_agents.prompts import SYSTEM_PROMPT, build_prompt, check_style, parse_completion, render_prompt
+from r2v_agents.prompts import SYSTEM_PROMPT, build_prompt, check_style, parse_completion
+from r2v_agents.samplers.transformers_sampler import TransformersSampler
 
 
 def fallback_action(ctx: Context) -> str:
@@ -228,9 +229,12 @@ class HFTeacher(BatchPolicy):
         self.style = style  # "block": multi-line actions (r2v_agents.prompts.action_style)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.max_new_tokens, self.batch_size, self.max_prompt_tokens = max_new_tokens, batch_size, max_prompt_tokens
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        # Greedy decoding in the one local-generation loop. A one-line reply ends with its first complete answer
+        # line ("reply"), a code block with its closing fence: what parse_completion reads of a reply generated up
+        # to EOS, without the tokens after it.
+        self.sampler = TransformersSampler(model, tokenizer, max_new_tokens=max_new_tokens, temperature=0.0,
+                                           max_prompt_tokens=max_prompt_tokens, batch_size=batch_size, style=style,
+                                           stop="fence" if style == "block" else "reply")
         self.stats = TeacherStats()
 
     @classmethod
@@ -248,32 +252,21 @@ class HFTeacher(BatchPolicy):
         return out
 
     def _query_chunk(self, contexts: list[Context]) -> list[Decision | None]:
-        import torch
-
         if not contexts:
             return []
-        prompts = [render_prompt(build_prompt(c), self.tokenizer, self.style) for c in contexts]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        device = next(self.model.parameters()).device
-        ids = enc["input_ids"][:, -self.max_prompt_tokens:].to(device)
-        mask = enc["attention_mask"][:, -self.max_prompt_tokens:].to(device)
-        with torch.no_grad():
-            gen = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                      max_new_tokens=self.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id,
-                                      eos_token_id=self.tokenizer.eos_token_id)
         out: list[Decision | None] = []
-        for row in gen[:, ids.shape[1]:].tolist():
+        pad = self.tokenizer.pad_token_id
+        for (cand,) in self.sampler.sample([build_prompt(c) for c in contexts], k=1):
             self.stats.requests += 1
-            toks = [t for t in row if t != self.tokenizer.pad_token_id]
-            action = parse_completion(self.tokenizer.decode(toks, skip_special_tokens=True), self.style)
-            if not action:
+            self.stats.prompt_tokens += len(cand.prompt_token_ids or ())
+            if not cand.action:
                 self._error("empty completion")
                 out.append(None)
                 continue
+            tokens = sum(t != pad for t in cand.token_ids or ())  # the reply's tokens, its end of turn included
             self.stats.replies += 1
-            self.stats.completion_tokens += len(toks)
-            out.append(Decision(action=action, source="teacher", meta={"completion_tokens": len(toks)}))
-        self.stats.prompt_tokens += int(mask.sum())
+            self.stats.completion_tokens += tokens
+            out.append(Decision(action=cand.action, source="teacher", meta={"completion_tokens": tokens}))
         return out
 
     def _error(self, kind: str) -> None:

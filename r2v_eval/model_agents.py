@@ -29,10 +29,11 @@ from typing import Any
 from r2v_agents.backbones import SMOLLM2, inference_placement, load_backbone
 from r2v_agents.context import Context
 from r2v_agents.episodes import INFRA_SOURCE
-from r2v_agents.grounding import CODE_BENCHMARKS, LIKELIHOOD, ground, reply_complete
+from r2v_agents.grounding import CODE_BENCHMARKS, LIKELIHOOD, ground
 from r2v_agents.likelihood import best_action, score_actions
 from r2v_agents.policy import BatchPolicy, Candidate, Decision
 from r2v_agents.prompts import PromptConfig, build_prompt, parse_completion, system_prompt
+from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.teachers import OpenAITeacher, OpenAITeacherConfig
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 from r2v_eval.demos import DemoBank
@@ -208,9 +209,9 @@ class HFChatAgent(BatchPolicy):
         self.max_new_tokens, self.temperature, self.batch_size = max_new_tokens, temperature, batch_size
         self.choose = choose
         self.demos: DemoBank | None = None  # few-shot demonstrations (r2v eval --shots)
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        # Generation is the one local-generation loop's: prompts are this agent's rendered chat, kept whole
+        self.sampler = TransformersSampler(model, tokenizer, max_new_tokens=LINE_TOKENS, temperature=temperature,
+                                           max_prompt_tokens=None, batch_size=batch_size, render=False)
 
     @classmethod
     def from_pretrained(cls, path: str, device: str | None = None, **kw: Any) -> HFChatAgent:
@@ -261,44 +262,20 @@ class HFChatAgent(BatchPolicy):
                               **demo_meta(ctx, self.demos)})
 
     def _generate(self, contexts: list[Context]) -> list[Decision]:
-        import torch
-
         start = time.perf_counter()
         prompts = [self.render(c) for c in contexts]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.model.device) for k, v in enc.items()}
-        sample = self.temperature > 0
-        new_tokens = max(max_tokens_for(c, self.max_new_tokens) for c in contexts)
+        budget = max(max_tokens_for(c, self.max_new_tokens) for c in contexts)
+        # one-line actions stop at the reply's first complete answer line; code runs to the end of turn
         lines = all(c.benchmark not in CODE_BENCHMARKS for c in contexts)
-        stop = [LineStop(self.tokenizer, enc["input_ids"].shape[1])] if lines else None
-        with torch.no_grad():
-            gen = self.model.generate(**enc, max_new_tokens=new_tokens, do_sample=sample,
-                                      temperature=self.temperature if sample else None, top_p=None, top_k=None,
-                                      pad_token_id=self.tokenizer.pad_token_id, stopping_criteria=stop)
-        new = gen[:, enc["input_ids"].shape[1]:]
+        replies = self.sampler.sample(prompts, k=1, max_new_tokens=budget, stop="reply" if lines else "eos")
         latency = (time.perf_counter() - start) / len(prompts)
-        eos = self.tokenizer.eos_token_id
-        out = []
-        for ctx, row, mask in zip(contexts, new.tolist(), enc["attention_mask"].tolist()):
-            ids = row[:row.index(eos)] if eos in row else row
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            action, meta = self.reader(text, ctx)
+        out, eos = [], self.sampler.stop_ids("eos")
+        for ctx, (cand,) in zip(contexts, replies):
+            action, meta = self.reader(cand.text or "", ctx)
+            # the reply's tokens before its end of turn, as an endpoint's usage counts them
+            ids = cand.token_ids or ()
+            tokens = len(ids) - (bool(ids) and ids[-1] in eos)
             out.append(Decision(action=action, source="agent",
-                                meta={"prompt_tokens": int(sum(mask)), "completion_tokens": len(ids),
+                                meta={"prompt_tokens": len(cand.prompt_token_ids or ()), "completion_tokens": tokens,
                                       "latency_s": round(latency, 4), **meta, **demo_meta(ctx, self.demos)}))
         return out
-
-
-class LineStop:
-    """A ``generate`` stopping criterion for one-line actions: a row stops once its reply holds a complete line
-    (:func:`r2v_agents.grounding.reply_complete`), so a model that rambles on pays for one line, not for
-    ``max_tokens``."""
-
-    def __init__(self, tokenizer: Any, prompt_len: int):
-        self.tokenizer, self.prompt_len = tokenizer, prompt_len
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
-        return torch.tensor([reply_complete(t) for t in texts], dtype=torch.bool, device=input_ids.device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from r2v_agents.policy import Candidate
 
@@ -51,16 +51,19 @@ class ChunkedSampler:
     batch_size: int = 8
     accepts_keys: bool = False
 
-    def sample(self, prompts: Sequence[str], k: int = 5, keys: Sequence[int] | None = None
+    def sample(self, prompts: Sequence[str], k: int = 5, keys: Sequence[int] | None = None, **options: Any
                ) -> list[list[Candidate]]:
+        """``options`` are the backend's per-call settings (:class:`TransformersSampler`: ``max_new_tokens``,
+        ``stop``), handed to each chunk."""
         check_keys(prompts, keys)
         out: list[list[Candidate]] = []
         for i in range(0, len(prompts), self.batch_size):
             chunk_keys = None if keys is None else list(keys[i:i + self.batch_size])
-            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k, chunk_keys))
+            out.extend(self._sample_chunk(list(prompts[i:i + self.batch_size]), k, chunk_keys, **options))
         return out
 
-    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
+    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None, **options: Any
+                      ) -> list[list[Candidate]]:
         raise NotImplementedError
 
 

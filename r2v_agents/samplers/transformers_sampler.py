@@ -1,13 +1,22 @@
 """K-candidate sampling with Hugging Face transformers (CPU or GPU), with per-token log-probs and entropies.
 
 Log-probs and entropies come from the model's raw logits, i.e. the policy's own distribution before
-temperature/top-p. Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut
-at its first stop token: EOS or any EOS of the generation config (a chat model's end of turn), and with
-``style="line"`` (the default) also a token containing a newline; with ``style="block"`` (multi-line actions,
-:func:`r2v_agents.prompts.action_style`) at the token that closes its first code fence instead. Padding after
-a finished sequence is masked out (``generate`` still scores the pad positions). Prompts from :func:`r2v_agents.prompts.build_prompt` are
-rendered with :func:`r2v_agents.prompts.render_prompt` first: a chat model (a tokenizer with a chat template)
-reads them as a chat turn, exactly as BC and DPO trained it; the tiny model reads the plain text.
+temperature/top-p (``score="tempered"``: from the logits over the temperature, as TRL's GRPO scores a rollout). Each prompt is encoded once and its KV cache shared by its k samples. Each candidate is cut
+at its first stop token: EOS or any EOS of the generation config (a chat model's end of turn), and, by the
+``stop`` rule (:data:`STOPS`): ``"newline"`` (``style="line"``'s default, the SLM's one-line actions) a token
+containing a newline; ``"fence"`` (``style="block"``'s default: multi-line actions,
+:func:`r2v_agents.prompts.action_style`) the token that closes its first code fence; ``"reply"`` the token that
+completes a chat model's first answer line (:func:`r2v_agents.grounding.reply_complete`: a preamble such as
+``Thought:`` does not end it); ``"eos"`` nothing else. Padding after a finished sequence is masked out.
+Prompts from :func:`r2v_agents.prompts.build_prompt` are rendered with :func:`r2v_agents.prompts.render_prompt`
+first: a chat model (a tokenizer with a chat template) reads them as a chat turn, exactly as BC and DPO trained
+it; the tiny model reads the plain text. With ``render=False`` the prompts are the model's input as given (a chat
+agent renders its own turns and demonstrations). :meth:`sample_ids` continues token-id sequences instead (a
+multi-turn rollout whose model reads its own earlier tokens verbatim).
+
+This is the one local-generation loop of r2v: the SLM's K candidates, greedy teachers
+(:class:`r2v_agents.teachers.HFTeacher`), chat agents (:class:`r2v_eval.model_agents.HFChatAgent`) and TRL's
+``rollout_func`` (:class:`r2v_train.rl.grpo_env.EpisodeRollout`) all decode here.
 
 Example:
     >>> from r2v_agents.tiny import build_tiny_model, train_tokenizer
@@ -23,12 +32,20 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from r2v_agents.backbones import load_backbone
+from r2v_agents.grounding import reply_complete
 from r2v_agents.policy import Candidate
 from r2v_agents.prompts import check_style, parse_completion, render_prompt
 from r2v_agents.samplers import ChunkedSampler, stream_seed
+from r2v_envs.errors import UnknownChoiceError
+
+STOPS = ("newline", "fence", "reply", "eos")
+"""What ends a candidate besides EOS (the module doc)."""
+SCORES = ("raw", "tempered")
+"""Which distribution the log-probs and entropies describe: the raw logits', or the sampling temperature's."""
 
 
 class TransformersSampler(ChunkedSampler):
@@ -47,9 +64,15 @@ class TransformersSampler(ChunkedSampler):
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 16, temperature: float = 1.0,
                  top_p: float = 1.0, max_prompt_tokens: int = 1024, batch_size: int = 8, device: str | None = None,
-                 seed: int | None = None, style: str = "line"):
+                 seed: int | None = None, style: str = "line", stop: str | None = None, render: bool = True,
+                 score: str = "raw"):
         check_style(style)
-        self.style = style
+        if score not in SCORES:
+            raise UnknownChoiceError("log-prob score", score, SCORES)
+        self.style, self.render, self.score = style, render, score
+        self.stop = stop or ("fence" if style == "block" else "newline")
+        if self.stop not in STOPS:
+            raise UnknownChoiceError("stop rule", self.stop, STOPS)
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy decoding), got {temperature}")
         self.model, self.tokenizer = model, tokenizer
@@ -61,7 +84,7 @@ class TransformersSampler(ChunkedSampler):
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self._newline_ids: set[int] | None = None
+        self._stop_sets: dict[str, set[int]] = {}  # per stop rule, the token ids that end a candidate
         self._fences: Any = None  # token tables of block style's fence test (_fence_tables)
 
     @classmethod
@@ -71,38 +94,45 @@ class TransformersSampler(ChunkedSampler):
         model, tok = load_backbone(path)
         return cls(model, tok, device=device, **kwargs)
 
-    def _stop_ids(self) -> set[int]:
-        if self._newline_ids is None:
+    def stop_ids(self, stop: str | None = None) -> set[int]:
+        """The token ids that end a candidate by themselves under ``stop`` (default: the sampler's rule)."""
+        stop = stop or self.stop
+        if stop not in self._stop_sets:
             ids = set()
-            if self.style == "line":  # block actions span lines: only EOS / end of turn (and the fence) end them
+            if stop == "newline":  # other rules end at EOS / end of turn, or by the text (fence, reply)
                 vocab = self.tokenizer.get_vocab()
                 ids = {i for i in vocab.values() if "\n" in self.tokenizer.decode([i])}
             ids.add(self.tokenizer.eos_token_id)
             # a chat model may end its turn with another token than the tokenizer's EOS (a list in the config)
             extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
             ids.update(i for i in ([extra] if isinstance(extra, int) else extra or ()) if i is not None)
-            self._newline_ids = ids
-        return self._newline_ids
+            self._stop_sets[stop] = ids
+        return self._stop_sets[stop]
 
-    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None) -> list[list[Candidate]]:
+    def _sample_chunk(self, prompts: list[str], k: int, keys: list[int] | None = None, *,
+                      max_new_tokens: int | None = None, stop: str | None = None) -> list[list[Candidate]]:
+        """``max_new_tokens`` and ``stop`` override the sampler's for this call (a chat agent's code steps)."""
         import torch
 
         if self.temperature == 0 and k > 1:
             raise ValueError(f"temperature 0 decodes greedily: k={k} candidates would all be the same; use k=1")
+        if stop is not None and stop not in STOPS:
+            raise UnknownChoiceError("stop rule", stop, STOPS)
 
         # special tokens are in the rendered text already (chat) or not used (plain prompts of the tiny model)
-        enc = self.tokenizer([render_prompt(p, self.tokenizer, self.style) for p in prompts], return_tensors="pt", padding=True,
-                             add_special_tokens=False)
+        texts = [render_prompt(p, self.tokenizer, self.style) for p in prompts] if self.render else list(prompts)
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(self.model.parameters()).device
-        ids = enc["input_ids"][:, -self.max_prompt_tokens:]
-        mask = enc["attention_mask"][:, -self.max_prompt_tokens:]
+        keep = -self.max_prompt_tokens if self.max_prompt_tokens else 0  # None: the whole prompt
+        ids, mask = enc["input_ids"][:, keep:], enc["attention_mask"][:, keep:]
         streams = None
         if self.seed is not None or keys is not None:  # one stream per prompt: batch make-up cannot change it
             # CPU: a generator per prompt drives the exponential race each step (the published runs' draws);
             # an accelerator: the same per-prompt generators, on the host, draw every step's uniform up front
             streams = [torch.Generator().manual_seed(
                 stream_seed(self.seed, None if keys is None else keys[i], prompt)) for i, prompt in enumerate(prompts)]
-        new, tok_lp, ent, ends = self._decode(ids.to(device), mask.to(device), k, streams)
+        new, tok_lp, ent, ends = self._decode(ids.to(device), mask.to(device), k, streams,
+                                              max_new_tokens or self.max_new_tokens, stop or self.stop)
         new, tok_lp, ent, ends = new.tolist(), tok_lp.tolist(), ent.tolist(), ends.tolist()
         eos = self.tokenizer.eos_token_id
         result: list[list[Candidate]] = []
@@ -115,11 +145,34 @@ class TransformersSampler(ChunkedSampler):
                 lps = tuple(tok_lp[row][:end])
                 cands.append(Candidate(action=parse_completion(text, self.style), logprob=sum(lps), token_logprobs=lps,
                                        token_entropies=tuple(ent[row][:end]), token_ids=tuple(toks[:end]),
-                                       prompt_token_ids=prompt_ids))
+                                       prompt_token_ids=prompt_ids, text=text))
             result.append(cands)
         return result
 
-    def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None) -> tuple[Any, Any, Any, Any]:
+    def sample_ids(self, seqs: Sequence[Sequence[int]], *, max_new_tokens: int | None = None) -> list[Candidate]:
+        """One continuation of each token-id sequence, by the sampler's stop rule and draws (unseeded: the global
+        generator), its ``token_ids`` and ``token_logprobs`` cut at the stop token. The sequences are the model's
+        input as they are: not rendered, not truncated."""
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        width = max(len(s) for s in seqs)
+        ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in seqs])
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+        device = next(self.model.parameters()).device
+        new, tok_lp, ent, ends = self._decode(ids.to(device), mask.to(device), 1, None, max_new_tokens)
+        new, tok_lp, ent, ends = new.tolist(), tok_lp.tolist(), ent.tolist(), ends.tolist()
+        out = []
+        for r, seq in enumerate(seqs):
+            toks, end = new[r][:ends[r]], ends[r]
+            text = self.tokenizer.decode([t for t in toks if t != self.tokenizer.eos_token_id], skip_special_tokens=True)
+            out.append(Candidate(action=parse_completion(text, self.style), logprob=sum(tok_lp[r][:end]),
+                                 token_logprobs=tuple(tok_lp[r][:end]), token_entropies=tuple(ent[r][:end]),
+                                 token_ids=tuple(toks), prompt_token_ids=tuple(seq), text=text))
+        return out
+
+    def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None, budget: int | None = None,
+                stop: str | None = None) -> tuple[Any, Any, Any, Any]:
         """Sample ``k`` continuations of each left-padded prompt: token ids, their log-probs and the entropies of
         the raw next-token distributions (each (B k, T), on the host) and each row's kept length (B k,).
 
@@ -127,7 +180,8 @@ class TransformersSampler(ChunkedSampler):
         encodes each prompt k times, which dominated sampling on CPU); a row ends at its first stop token (EOS
         or a newline; block style: EOS, or the token that closes its first code fence, tracked on token tables
         without decoding), and decoding stops once every row has ended. ``streams`` (one ``torch.Generator``
-        per prompt) make each prompt's draws its own.
+        per prompt) make each prompt's draws its own. ``budget``: new tokens at most (default ``max_new_tokens``);
+        ``stop``: the stop rule (default the sampler's).
 
         On CPU the raw logits of every step are kept and reduced together at the end, as the published runs
         did (a per-step reduction can move the last bit of an entropy), and the stop test reads ``done`` each
@@ -137,12 +191,14 @@ class TransformersSampler(ChunkedSampler):
         """
         import torch
 
+        budget, stop = budget or self.max_new_tokens, stop or self.stop
         exact = ids.device.type == "cpu" and self.replay_cpu_draws
+        scale = self.temperature if self.score == "tempered" and self.temperature > 0 else 1.0
         cuda = ids.device.type == "cuda"
         position = (mask.cumsum(-1) - 1).clamp(min=0)
         uniforms = None
         if streams is not None and not exact:  # (B k, T) uniforms in (0, 1], one host draw per prompt
-            uniforms = 1.0 - torch.cat([torch.rand(k, self.max_new_tokens, generator=g, dtype=torch.float64)
+            uniforms = 1.0 - torch.cat([torch.rand(k, budget, generator=g, dtype=torch.float64)
                                         for g in streams]).to(ids.device, non_blocking=True)
         with torch.no_grad():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True,
@@ -153,19 +209,19 @@ class TransformersSampler(ChunkedSampler):
             position = position[:, -1:].repeat_interleave(k, dim=0)
             logits = out.logits[:, -1].repeat_interleave(k, dim=0)
             rows, width = logits.shape
-            is_stop = self._stop_table(width, ids.device)
-            fences = self._fence_tables(width, ids.device) if self.style == "block" else None
+            is_stop = self._stop_table(width, ids.device, stop)
+            fences = self._fence_tables(width, ids.device) if stop == "fence" else None
             state = (torch.zeros(rows, dtype=torch.long, device=ids.device),) * 2  # closed fences, open backticks
             tokens, raw, tok_lp, ent = [], [], [], []
             done = torch.zeros(rows, dtype=torch.bool, device=ids.device)
-            ends = torch.full((rows,), self.max_new_tokens, dtype=torch.long, device=ids.device)
+            ends = torch.full((rows,), budget, dtype=torch.long, device=ids.device)
             watch = _DoneWatch() if cuda else None
-            for t in range(self.max_new_tokens):
+            for t in range(budget):
                 if exact:
                     raw.append(logits)
                     nxt = self._pick(logits, streams, k)
                 else:
-                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    logp = torch.log_softmax(logits.float() / scale, dim=-1)
                     nxt = self._pick(logits, None if uniforms is None else uniforms[:, t], k)
                 nxt = torch.where(done, self.tokenizer.pad_token_id, nxt)  # finished rows only pad
                 if not exact:
@@ -177,8 +233,10 @@ class TransformersSampler(ChunkedSampler):
                 if fences is not None:  # a row is finished once its text closes a code fence
                     state, closed = _advance_fences(fences, state, nxt, live & ~done)
                     done = done | (live & closed)
+                if stop == "reply":  # a row ends once its text holds a complete answer line
+                    done = done | self._replied(tokens, live & ~done)
                 ends = torch.where(live & done, t + 1, ends)
-                if t == self.max_new_tokens - 1:
+                if t == budget - 1:
                     break
                 if not cuda:
                     if bool(done.all()):
@@ -193,18 +251,31 @@ class TransformersSampler(ChunkedSampler):
             new = torch.stack(tokens, dim=1)
             ends = ends.clamp(max=new.shape[1])
             if exact:
-                logp = torch.log_softmax(torch.stack(raw, dim=1).float(), dim=-1)
+                logp = torch.log_softmax(torch.stack(raw, dim=1).float() / scale, dim=-1)
                 return (new, logp.gather(-1, new.unsqueeze(-1)).squeeze(-1),
                         -(logp.exp() * logp).nan_to_num().sum(-1), ends)
             return new.cpu(), torch.stack(tok_lp, dim=1).cpu(), torch.stack(ent, dim=1).cpu(), ends.cpu()
 
-    def _stop_table(self, width: int, device: Any) -> Any:
-        """(V,) bool: which token ids end a candidate (:meth:`_stop_ids`)."""
+    def _stop_table(self, width: int, device: Any, stop: str | None = None) -> Any:
+        """(V,) bool: which token ids end a candidate (:meth:`stop_ids`)."""
         import torch
 
         table = torch.zeros(width, dtype=torch.bool)
-        table[[i for i in self._stop_ids() if 0 <= i < width]] = True
+        table[[i for i in self.stop_ids(stop) if 0 <= i < width]] = True
         return table.to(device)
+
+    def _replied(self, tokens: list[Any], rows: Any) -> Any:
+        """(B k,) bool: which of ``rows`` (a mask) hold a complete answer line in the tokens so far (the ``reply``
+        rule; it decodes each live row every step, as a ``generate`` stopping criterion on text would)."""
+        import torch
+
+        out = torch.zeros_like(rows)
+        which = rows.nonzero()[:, 0].tolist()
+        if which:
+            seqs = torch.stack(tokens, dim=1)[which].tolist()
+            texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
+            out[which] = torch.tensor([reply_complete(t) for t in texts], dtype=torch.bool, device=rows.device)
+        return out
 
     def _fence_tables(self, width: int, device: Any) -> Any:
         """Per token id, the code-fence facts of its decoded text: (all backticks, its length, leading backticks,

@@ -38,6 +38,7 @@ from typing import Any
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.context import Context
 from r2v_agents.prompts import build_prompt, parse_completion
+from r2v_agents.samplers.transformers_sampler import TransformersSampler
 from r2v_agents.slm import snap_to_admissible
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.resolve import open_env
@@ -112,7 +113,7 @@ class EpisodeRollout:
         self.max_turns, self.max_new_tokens, self.max_obs_chars = max_turns, max_new_tokens, max_obs_chars
         self.admissible = admissible
         self._envs: dict[str | None, list[Any]] = {}  # per env name, reused across batches: construct once, reset often
-        self._stop_ids: list[int] | None = None
+        self._sampler: tuple[tuple, TransformersSampler] | None = None  # per (model, tokenizer, temperature)
         self.episodes = 0
 
     # --------------------------------------------------------------------------------------- helpers
@@ -131,41 +132,20 @@ class EpisodeRollout:
                 env.close()
         self._envs = {}
 
-    def _stops(self, tok) -> list[int]:
-        if self._stop_ids is None:
-            ids = {i for i in tok.get_vocab().values() if "\n" in tok.decode([i])}
-            self._stop_ids = sorted(ids | {tok.eos_token_id})
-        return self._stop_ids
-
     def _feedback(self, obs: str) -> str:
         return f"\nObservation:\n{obs[-self.max_obs_chars:]}\nAction:"
 
     def _sample(self, model, tok, seqs: list[list[int]], temperature: float) -> list[tuple[list[int], list[float]]]:
-        """One action per sequence: sampled ids (cut after the first stop token) and their log-probs."""
-        import torch
-
-        width = max(len(s) for s in seqs)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
-        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
-        device = next(model.parameters()).device
-        stops = self._stops(tok)
-        with torch.no_grad():
-            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
-                                 temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=self.max_new_tokens,
-                                 eos_token_id=stops, pad_token_id=pad, output_logits=True,
-                                 return_dict_in_generate=True)
-        new = out.sequences[:, width:].cpu()
-        # log-probs as TRL scores them: softmax(logits / temperature); padding after a stop is cut (it still
-        # gets logits: NOTES.md, pitfall 5)
-        logp = torch.log_softmax(torch.stack(out.logits, dim=1).float().cpu() / temperature, dim=-1)
-        tok_lp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        result = []
-        for row in range(len(seqs)):
-            toks = new[row].tolist()
-            end = next((j + 1 for j, t in enumerate(toks) if t in stops), len(toks))
-            result.append((toks[:end], [float(x) for x in tok_lp[row, :end]]))
-        return result
+        """One action per sequence, from the one local-generation loop: sampled ids (cut after the first newline or
+        end of turn) and their log-probs as TRL scores them, softmax(logits / temperature)."""
+        key = (id(model), id(tok), temperature)
+        if self._sampler is None or self._sampler[0] != key:  # the trainer's model object is the same every call
+            training = model.training  # the sampler puts its model in eval mode; TRL logs by the mode it finds
+            self._sampler = (key, TransformersSampler(model, tok, max_new_tokens=self.max_new_tokens,
+                                                      temperature=temperature, max_prompt_tokens=None,
+                                                      score="tempered"))
+            model.train(training)
+        return [(list(c.token_ids), list(c.token_logprobs)) for c in self._sampler[1].sample_ids(seqs)]
 
     # ------------------------------------------------------------------------------------ rollout_func
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, list]:

@@ -50,7 +50,7 @@ def test_token_stats_match_a_teacher_forced_forward_pass(tiny):
     again = sampler.sample(prompts, k=4)  # seeded: the same batch gives the same samples
     assert [[x.token_logprobs for x in cs] for cs in again] == [[x.token_logprobs for x in cs] for cs in out]
     stopped = [x for cs in out for x in cs if len(x.token_ids) < 6]
-    assert all(x.token_ids[-1] in sampler._stop_ids() for x in stopped)  # cut at EOS/newline, padding masked
+    assert all(x.token_ids[-1] in sampler.stop_ids() for x in stopped)  # cut at EOS/newline, padding masked
     for prompt, cands in zip(prompts, out):  # replay each candidate's sampled ids under teacher forcing
         ids = tok(prompt, add_special_tokens=False)["input_ids"]
         for c in cands:
