@@ -1,10 +1,11 @@
-"""`r2v rollout`: run simple policies through perturbed episodes and print a per-perturbation success table.
+"""`r2v rollout`: the expert and a random agent through each perturbation, and a per-perturbation success table.
 
 The expert (the env's oracle ``expert_action``) acts on the true state, so its success shows that the
 perturbations never corrupt the game itself; the random baseline picks uniformly among the admissible
 actions the agent can *see*, so its success shows what the noise costs an agent that reads its inputs.
-Episodes are stepped by the shared runner (:mod:`r2v_agents.runner`), one run directory per
-(perturbation, policy) cell, so a rerun resumes and every episode is logged in the runner's shard format.
+It is ``r2v eval --agent expert`` and ``--agent random`` over the same grid: each policy's episodes are an
+evaluation directory (``OUT/<policy>``, with results.json and report.md; ``r2v view`` and ``r2v eval compare`` read
+it), run, resumed, retried and counted by the one rule of :mod:`r2v_eval.cells`; this module adds the table.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from pathlib import Path
 
 import numpy as np
 
-import r2v_envs  # noqa: F401
 from r2v_agents.policy import BatchPolicy
 from r2v_agents.reference import ExpertAgent, RandomAgent
-from r2v_agents.runner import RunConfig, run
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
+from r2v_eval.cells import cell_episodes, scored
+from r2v_eval.grid import GridConfig, cell_dir, check_cells, parse_settings, run_grid
+from r2v_eval.robustness_report import write_report
 
 
 @dataclass
 class RolloutArgs:
     env_id: str = "R2V/TextWorld-v0"
-    """registered environment id"""
+    """registered environment id (or module:Id, or the URL of r2v serve)"""
     split: str = "test"
     """task split (train / valid / test / all)"""
     tasks: int = 0
@@ -43,45 +45,43 @@ class RolloutArgs:
     env_kwargs: dict[str, str] = field(default_factory=dict)
     """extra constructor arguments, e.g. suite=small"""
     out: str = "runs/rollout"
-    """run directory (one sub-directory per perturbation and policy; a rerun resumes)"""
+    """output directory: one r2v eval directory per policy (a rerun resumes)"""
     workers: int = 2
     """env worker processes"""
 
 
 def make_policy(name: str) -> BatchPolicy:
-    """``r2v eval``'s own reference agents (:mod:`r2v_agents.reference`), so ``--agent random`` and this table's
-    random column draw the same action at every (episode, step)."""
+    """``r2v eval``'s own reference agents (:mod:`r2v_agents.reference`)."""
     if name == "expert":
         return ExpertAgent()
     if name == "random":
         return RandomAgent(0)
-
     raise UnknownChoiceError("rollout policy", name, ["expert", "random"])
 
 
 def rollout(args: RolloutArgs) -> list[dict]:
-    """Run the grid; return one record per episode (task, seed, perturbation, policy, won, steps, events)."""
-    import gymnasium as gym
-
-    probe = gym.make(args.env_id, split=args.split, **args.env_kwargs)
-    task_ids = probe.unwrapped.task_ids()
-    probe.close()
-    task_ids = tuple(task_ids[: args.tasks] if args.tasks else task_ids)
+    """Evaluate each policy over the grid; return one record per scored episode (task, seed, perturbation, policy,
+    won, steps, perturbation events)."""
+    grid = GridConfig(env_ids=(args.env_id,), perturbations=args.perturbations, seeds=args.seeds, split=args.split,
+                      tasks=args.tasks, env_kwargs=dict(args.env_kwargs), max_steps=args.max_steps,
+                      workers=args.workers)
+    settings = parse_settings(grid.perturbations)
+    name = check_cells(grid, settings)[args.env_id]
     records = []
-    for pert in args.perturbations:
-        for policy in args.policies:
-            out = Path(args.out) / f"{pert}-{policy}"
-            cfg = RunConfig(args.env_id, str(out), task_ids=task_ids, seeds=tuple(args.seeds), split=args.split,
-                            env_kwargs={**args.env_kwargs, "perturbations": None if pert == "none" else pert},
-                            max_steps=args.max_steps, workers=args.workers, policy_in_workers=True)
-            run(make_policy(policy), cfg, policy_name=policy)
-            events = defaultdict(int)
-            for row in load_rows(out, "steps", columns=["episode_id", "perturbations"]):
-                events[row["episode_id"]] += len(json.loads(row["perturbations"] or "[]"))
-            for ep in load_rows(out, "episodes"):
-                records.append({"task_id": ep["task_id"], "seed": ep["z"], "perturbation": pert, "policy": policy,
-                                "won": bool(ep["success"]), "steps": ep["steps"],
-                                "events": events[ep["episode_id"]]})
+    for policy in args.policies:
+        out = Path(args.out) / policy
+        run_grid(make_policy(policy), policy, grid, out, {"spec": policy})
+        write_report(out)
+        for setting in settings:
+            episodes = cell_episodes(cell_dir(out, name, setting.name))
+            events: dict[tuple[str, str], int] = defaultdict(int)  # of the attempt that counts (a retry reruns)
+            for d in {e["dir"] for e in episodes.values()}:
+                for row in load_rows(d, "steps", columns=["episode_id", "perturbations"]):
+                    events[d, row["episode_id"]] += len(json.loads(row["perturbations"] or "[]"))
+            for ep in scored(episodes):
+                records.append({"task_id": ep["task_id"], "seed": ep["z"], "perturbation": setting.name,
+                                "policy": policy, "won": bool(ep["success"]), "steps": ep["steps"],
+                                "events": events[ep["dir"], ep["episode_id"]]})
     return records
 
 

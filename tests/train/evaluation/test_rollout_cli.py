@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from r2v_train.cli import main
 from r2v_train.evaluation.rollout import RolloutArgs, rollout, success_table
 
@@ -30,9 +32,11 @@ def test_cli_prints_table(tmp_path, capsys):
     assert "| composite | 100.0%" in out
 
 
-def test_rollout_random_is_r2v_eval_random(tmp_path):
-    """One random agent, one seeding: the rollout table's random column plays the episodes `r2v eval --agent random`
-    plays (same task, seed, outcome, length and final observation)."""
+def test_rollout_is_r2v_eval_of_the_reference_agents(tmp_path):
+    """One path: each policy's episodes are an r2v eval directory, the one `r2v eval --agent random` writes (same
+    episodes), and the table's SR is its results.json's cell SR (the one counting rule)."""
+    import json
+
     from r2v_agents.shards import load_rows
     from r2v_eval.cli import main as eval_main
 
@@ -46,8 +50,12 @@ def test_rollout_random_is_r2v_eval_random(tmp_path):
         return sorted((r["task_id"], r["z"], bool(r["success"]), r["steps"], r["final_observation"])
                       for r in load_rows(folder, "episodes"))
 
+    results = json.loads((tmp_path / "rollout" / "random" / "results.json").read_text())
     for pert in perts:
-        ours = episodes(tmp_path / "rollout" / f"{pert}-random")
+        ours = episodes(tmp_path / "rollout" / "random" / "runs" / "R2V_Scripted-v0" / pert)
         assert ours == episodes(tmp_path / "eval" / "runs" / "R2V_Scripted-v0" / pert), pert
         assert len(ours) == 12 and 0 < sum(e[2] for e in ours) < 12  # a real mix of wins and losses
+        won = [r["won"] for r in records if r["perturbation"] == pert]
+        cell = next(c for c in results["cells"] if c["perturbation"] == pert)
+        assert 100 * sum(won) / len(won) == pytest.approx(cell["sr"])
     assert len(records) == 24
