@@ -20,7 +20,7 @@ from r2v_agents.shards import load_rows
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.cells import cell_episodes
 from r2v_eval.robustness import CLEAN, cells_of, compare, summarise
-from r2v_eval.stats import fmt_ci, fmt_num
+from r2v_eval.stats import fmt_ci, fmt_num, md_table
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -57,20 +57,20 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
     head = ["benchmark", "perturbation", "episodes", "SR (%)", "SR 95% CI", "drop (points)", "drop 95% CI",
             "pass^k (k=1..n)", "worst seed SR", "steps", "tokens", "cost", "latency (s)", "step latency (s)",
             "non-exact (%)", "invalid (%)", "not run", "retries"]
-    lines += ["## SR by benchmark and perturbation", "", "| " + " | ".join(head) + " |",
-              "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
+    rows = []
     for c in results["cells"]:
         d = c.get("drop_vs_clean")
         pk = " / ".join(fmt_num(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c["pass_k"] else "-"
         worst = "-" if not c["worst_seed"] else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
         kinds = ", ".join(f"{k} {v}" for k, v in c["not_run_by_kind"].items())
-        lines.append("| " + " | ".join([
+        rows.append([
             str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt_num(c["sr"]), fmt_ci(c["sr_ci"]),
             "-" if c["perturbation"] == CLEAN or not d else fmt_num(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
             pk, worst, fmt_num(c.get("mean_steps")), fmt_num(c.get("mean_tokens"), 0), fmt_num(c.get("mean_cost"), 4),
             fmt_num(c.get("mean_latency_s"), 2), fmt_num(c.get("step_latency_s"), 3), fmt_num(c.get("non_exact_pct")),
             fmt_num(c.get("invalid_pct")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
-            f"{c['request_retries']} / {c['episode_reruns']}"]) + " |")
+            f"{c['request_retries']} / {c['episode_reruns']}"])
+    lines += ["## SR by benchmark and perturbation", ""] + md_table(head, rows, align="ll" + "r" * (len(head) - 2))
     lines.append("")
     if plot:
         lines += [f"![SR by perturbation]({os.path.basename(plot)})", ""]
@@ -123,13 +123,10 @@ def compare_text(a_dir: str | os.PathLike, b_dir: str | os.PathLike, n_boot: int
     rows = compare(a_dir, b_dir, n_boot, seed)
     if not rows:
         return f"{a_dir} and {b_dir} share no (benchmark, perturbation) cell"
-    lines = [f"A = {a_dir}", f"B = {b_dir}", "",
-             "| env | perturbation | paired episodes | SR A (%) | SR B (%) | A - B (points) | 95% CI |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['env']} | {r['perturbation']} | {r['episodes']} | {fmt_num(r['sr_a'])} | {fmt_num(r['sr_b'])} "
-                     f"| {fmt_num(r['diff'])} | {fmt_ci(r['diff_ci'])} |")
-    return "\n".join(lines)
+    table = md_table(["env", "perturbation", "paired episodes", "SR A (%)", "SR B (%)", "A - B (points)", "95% CI"],
+                     [[r["env"], r["perturbation"], r["episodes"], fmt_num(r["sr_a"]), fmt_num(r["sr_b"]),
+                       fmt_num(r["diff"]), fmt_ci(r["diff_ci"])] for r in rows], align="llrrrrr")
+    return "\n".join([f"A = {a_dir}", f"B = {b_dir}", ""] + table)
 
 
 def find_episode(out_dir: str | os.PathLike, episode_id: str, env: str | None = None,

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -146,4 +146,22 @@ def with_ci(value: float, ci: Sequence[float] | None, signed: bool = False) -> s
     """``value [lo, hi]`` (:func:`fmt_ci`); the value alone when there is no CI."""
     text = f"{value:{'+.1f' if signed else '.1f'}}"
     return f"{text} {fmt_ci(ci, signed)}" if ci else text
+
+
+def md_table(head: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> list[str]:
+    """The lines of a markdown table as every report writes one: the header, the alignment row (``align``: ``l`` or
+    ``r`` per column; default the first column left and the rest right) and a line per row (cells as ``str``).
+
+    Example:
+        >>> print("\\n".join(md_table(["agent", "SR"], [["random", fmt_num(12.5)]])))
+        | agent | SR |
+        |---|---:|
+        | random | 12.5 |
+    """
+    head = list(head)
+    align = align or "l" + "r" * (len(head) - 1)
+    if len(align) != len(head) or set(align) - {"l", "r"}:
+        raise ValueError(f"align names 'l' or 'r' for each of the {len(head)} columns, got {align!r}")
+    return (["| " + " | ".join(head) + " |", "|" + "".join("---|" if a == "l" else "---:|" for a in align)]
+            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 

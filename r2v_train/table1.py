@@ -27,7 +27,7 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import atomic_write, write_json_atomic
-from r2v_eval.stats import with_ci
+from r2v_eval.stats import md_table, with_ci
 from r2v_train.config import CONFIG_DIR, load_config
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
 from r2v_train.pipeline import run_pipeline
@@ -174,29 +174,23 @@ def table1_markdown(data: Mapping[str, Any]) -> str:
              "SR and LLM% (share of steps escalated to the teacher) with 95% bootstrap CIs over episodes, on each "
              "benchmark's test split under its main perturbation condition; the paper's Table 1 (averaged over four "
              "GPU SLM backbones; its \"TextWorld\" column is ALFWorld) beside each. A benchmark that did not run "
-             "or failed says so.", "", "## Table 1", "",
-             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for m in data["methods"]:
-        row = [METHOD_LABELS.get(m, m)] + [v for b in bs for v in (ours(b, m, "sr"), ours(b, m, "llm_pct"),
-                                                                       paper(b, m))]
-        lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "## Router calibration (validation ECE / Brier)", "",
-              "| router | " + " | ".join(label(b) for b in bs) + " |", "|---|" + "---:|" * len(bs)]
-    for r in ROUTERS:
-        vals = []
-        for b in bs:
-            e = res[b]
-            c = (e.get("calibration") or {}).get(r) if e["status"] == "done" else None
-            vals.append(f"{c['ece']:.3f} / {c['brier']:.3f}" if c else (e["status"] if e["status"] != "done"
-                                                                       else "-"))
-        lines.append(f"| {METHOD_LABELS.get(r, r)} | " + " | ".join(vals) + " |")
-    lines += ["", "## Runs", "", "| benchmark | status | episodes per method | wall time | report |",
-              "|---|---|---:|---:|---|"]
-    for b in bs:
+             "or failed says so.", "", "## Table 1", ""]
+    lines += md_table(head, [[METHOD_LABELS.get(m, m)] + [v for b in bs for v in (ours(b, m, "sr"),
+                                                                                  ours(b, m, "llm_pct"), paper(b, m))]
+                             for m in data["methods"]])
+
+    def calibration(b: str, r: str) -> str:
         e = res[b]
-        status = e["status"] + (f": {e['error']}" if e.get("error") else "")
-        wall = f"{e['wall_s']:.0f} s" if e.get("wall_s") is not None else "-"
-        lines.append(f"| {label(b)} | {status} | {e.get('episodes', '-')} | {wall} | {e.get('report') or '-'} |")
+        c = (e.get("calibration") or {}).get(r) if e["status"] == "done" else None
+        return f"{c['ece']:.3f} / {c['brier']:.3f}" if c else (e["status"] if e["status"] != "done" else "-")
+    lines += ["", "## Router calibration (validation ECE / Brier)", ""]
+    lines += md_table(["router"] + [label(b) for b in bs],
+                      [[METHOD_LABELS.get(r, r)] + [calibration(b, r) for b in bs] for r in ROUTERS])
+    lines += ["", "## Runs", ""]
+    lines += md_table(["benchmark", "status", "episodes per method", "wall time", "report"],
+                      [[label(b), res[b]["status"] + (f": {res[b]['error']}" if res[b].get("error") else ""),
+                        res[b].get("episodes", "-"), f"{res[b]['wall_s']:.0f} s" if res[b].get("wall_s") is not None
+                        else "-", res[b].get("report") or "-"] for b in bs], align="llrrl")
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,7 @@ from r2v_eval.cells import sr_metrics
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
 from r2v_eval.robustness import compare, env_slug
 from r2v_eval.robustness_report import write_report
+from r2v_eval.stats import fmt_ci, fmt_num, md_table
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_train.drrn.config import SETTINGS, DRRNConfig
@@ -161,22 +162,14 @@ def _summary(run_dir: Path) -> dict[str, Any] | None:
 
 def matrix_table(m: dict[str, Any]) -> str:
     """The matrix as markdown: SR [CI] per cell, and under it the paired difference from the clean-trained row."""
-    f = lambda ci, sign="": f"[{ci[0]:{sign}.1f}, {ci[1]:{sign}.1f}]"  # noqa: E731
-    lines = ["| trained under \\ tested under | " + " | ".join(m["test"]) + " |",
-             "|---|" + "---:|" * len(m["test"])]
-    for t in m["train"]:
-        row = []
-        for s in m["test"]:
-            c = m["cells"][t][s]
-            text = "-" if c["sr"] is None else f"{c['sr']:.1f} {f(c['sr_ci'])}"
-            if c.get("vs_clean") is not None:
-                text += f"<br>{c['vs_clean']:+.1f} {f(c['vs_clean_ci'], '+')}"
-            row.append(text)
-        lines.append(f"| {t} | " + " | ".join(row) + " |")
-    for ref, r in m["references"].items():
-        lines.append(f"| *{ref}* | " + " | ".join("-" if r["sr"][s] is None else f"{r['sr'][s]:.1f}"
-                                                  for s in m["test"]) + " |")
-    return "\n".join(lines)
+    def text(c: dict[str, Any]) -> str:
+        out = "-" if c["sr"] is None else f"{c['sr']:.1f} {fmt_ci(c['sr_ci'])}"
+        if c.get("vs_clean") is not None:
+            out += f"<br>{c['vs_clean']:+.1f} {fmt_ci(c['vs_clean_ci'], signed=True)}"
+        return out
+    rows = [[t] + [text(m["cells"][t][s]) for s in m["test"]] for t in m["train"]]
+    rows += [[f"*{ref}*"] + [fmt_num(r["sr"][s]) for s in m["test"]] for ref, r in m["references"].items()]
+    return "\n".join(md_table(["trained under \\ tested under", *m["test"]], rows))
 
 
 def plot_matrix(m: dict[str, Any], path: str | os.PathLike) -> None:

@@ -54,7 +54,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.resolve import env_task_ids
 from r2v_eval.cells import outcomes, paired, run_cell, sr_metrics
-from r2v_eval.stats import fmt_ci, pareto_front
+from r2v_eval.stats import fmt_ci, md_table, pareto_front
 from r2v_train.router import calibration
 from r2v_train.router.data import RouterData
 from r2v_train.run_dir import RESULTS_FILE, cell_dir
@@ -371,9 +371,7 @@ def methods_table(cells: Mapping[str, Mapping[str, Any]], order: Sequence[str] =
         |---|---:|---:|---:|---:|---:|
         | SLM-only | 50.0 | [10.0, 90.0] | 0.0 | [0.0, 0.0] | 2 |
     """
-    lines = ["| method | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |", "|---|---:|---:|---:|---:|---:|"]
-    for m in [m for m in order if m in cells] + [m for m in cells if m not in order]:
-        c = cells[m]
-        lines.append(f"| {labels.get(m, m)} | {c['sr']:.1f} | {fmt_ci(c['sr_ci'])} | "
-                     f"{c['llm_pct']:.1f} | {fmt_ci(c['llm_pct_ci'])} | {c['episodes']} |")
-    return "\n".join(lines)
+    rows = [[labels.get(m, m), f"{c['sr']:.1f}", fmt_ci(c["sr_ci"]), f"{c['llm_pct']:.1f}", fmt_ci(c["llm_pct_ci"]),
+             c["episodes"]] for m in [m for m in order if m in cells] + [m for m in cells if m not in order]
+            for c in [cells[m]]]
+    return "\n".join(md_table(["method", "SR (%)", "SR 95% CI", "LLM%", "LLM% 95% CI", "episodes"], rows))

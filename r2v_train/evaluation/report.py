@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.fileio import atomic_write
-from r2v_eval.stats import fmt_ci, with_ci
+from r2v_eval.stats import fmt_ci, md_table, with_ci
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
 from r2v_train.evaluation.study import BASELINES
 from r2v_train.run_dir import (
@@ -52,14 +52,11 @@ ABLATION_TITLES = {
 
 
 def calibration_table(cal: Mapping[str, Mapping[str, Any]]) -> str:
-    lines = ["| router | ECE | Brier | threshold | valid escalation | failure rows escalated | rows |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for name, c in cal.items():
-        recall = c.get("failure_recall")
-        lines.append(f"| {name} | {c['ece']:.4f} | {c['brier']:.4f} | {c['threshold']:.3f} | "
-                     f"{100 * c['escalation_rate']:.1f}% | {'-' if recall is None else f'{100 * recall:.1f}%'} | "
-                     f"{c['n']} |")
-    return "\n".join(lines)
+    head = ["router", "ECE", "Brier", "threshold", "valid escalation", "failure rows escalated", "rows"]
+    rows = [[name, f"{c['ece']:.4f}", f"{c['brier']:.4f}", f"{c['threshold']:.3f}", f"{100 * c['escalation_rate']:.1f}%",
+             "-" if c.get("failure_recall") is None else f"{100 * c['failure_recall']:.1f}%", c["n"]]
+            for name, c in cal.items()]
+    return "\n".join(md_table(head, rows))
 
 
 def baseline_thresholds(results: Mapping[str, Any]) -> str:
@@ -106,24 +103,20 @@ def paired_table(paired: Mapping[str, Mapping[str, Any]]) -> str:
         |---|---:|---:|---:|---:|---:|
         | Heuristic router | +1.3 | [+0.0, +3.8] | -7.2 | [-12.8, -2.1] | 78 |
     """
-    lines = ["| R2V minus | SR (points) | SR 95% CI | LLM% (points) | LLM% 95% CI | episodes |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for m in [m for m in METHODS if m in paired] + [m for m in paired if m not in METHODS]:
-        d = paired[m]
-        lines.append(f"| {METHOD_LABELS.get(m, m)} | {d['sr_diff']:+.1f} | {fmt_ci(d['sr_diff_ci'], signed=True)} | "
-                     f"{d['llm_pct_diff']:+.1f} | {fmt_ci(d['llm_pct_diff_ci'], signed=True)} | {d['episodes']} |")
-    return "\n".join(lines)
+    order = [m for m in METHODS if m in paired] + [m for m in paired if m not in METHODS]
+    rows = [[METHOD_LABELS.get(m, m), f"{d['sr_diff']:+.1f}", fmt_ci(d["sr_diff_ci"], signed=True),
+             f"{d['llm_pct_diff']:+.1f}", fmt_ci(d["llm_pct_diff_ci"], signed=True), d["episodes"]]
+            for m in order for d in [paired[m]]]
+    return "\n".join(md_table(["R2V minus", "SR (points)", "SR 95% CI", "LLM% (points)", "LLM% 95% CI", "episodes"],
+                              rows))
 
 
 def per_type_table(conditions: Mapping[str, Mapping[str, Any]], methods: list[str]) -> str:
     """SR (LLM%) of every method (columns) under every condition (rows)."""
     cols = [m for m in METHODS if m in methods]
-    lines = ["| condition | " + " | ".join(f"{METHOD_LABELS[m]} SR (LLM%)" for m in cols) + " |",
-             "|---|" + "---:|" * len(cols)]
-    for cond, cells in conditions.items():
-        vals = [f"{cells[m]['sr']:.1f} ({cells[m]['llm_pct']:.1f})" if m in cells else "-" for m in cols]
-        lines.append(f"| {cond} | " + " | ".join(vals) + " |")
-    return "\n".join(lines)
+    rows = [[cond] + [f"{cells[m]['sr']:.1f} ({cells[m]['llm_pct']:.1f})" if m in cells else "-" for m in cols]
+            for cond, cells in conditions.items()]
+    return "\n".join(md_table(["condition"] + [f"{METHOD_LABELS[m]} SR (LLM%)" for m in cols], rows))
 
 
 def ablation_table(rows: list[Mapping[str, Any]]) -> str:
@@ -139,8 +132,7 @@ def ablation_table(rows: list[Mapping[str, Any]]) -> str:
             return fmt_ci(v)
         return "-" if v is None else str(v)
 
-    return "\n".join(["| " + " | ".join(keys) + " |", "|---|" + "---:|" * (len(keys) - 1)]
-                     + ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows])
+    return "\n".join(md_table(keys, [[fmt(r.get(k)) for k in keys] for r in rows]))
 
 
 # ------------------------------------------------------------------------------------------------ plots
@@ -264,11 +256,10 @@ def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | Non
         parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",
                   per_type_table(results["conditions"], results["methods"]), ""]
     for name, sweep in (results.get("sweeps") or {}).items():
-        parts += [f"## {name.capitalize()} router across thresholds", "",
-                  "| threshold | SR (%) | SR 95% CI | LLM% | LLM% 95% CI | episodes |", "|---:|---:|---:|---:|---:|---:|"]
-        parts += [f"| {c['threshold']:g} | {c['sr']:.1f} | {fmt_ci(c['sr_ci'])} | "
-                  f"{c['llm_pct']:.1f} | {fmt_ci(c['llm_pct_ci'])} | {c['episodes']} |"
-                  for c in sweep]
+        parts += [f"## {name.capitalize()} router across thresholds", ""]
+        parts += md_table(["threshold", "SR (%)", "SR 95% CI", "LLM%", "LLM% 95% CI", "episodes"],
+                          [[f"{c['threshold']:g}", f"{c['sr']:.1f}", fmt_ci(c["sr_ci"]), f"{c['llm_pct']:.1f}",
+                            fmt_ci(c["llm_pct_ci"]), c["episodes"]] for c in sweep], align="rrrrrr")
         match = matched_reliability(results, baseline=name)
         parts += ["", f"At matched reliability (SR within {match['slack']:g} points of R2V's {match['method_sr']:.1f}%), "
                       f"the cheapest {name} point escalates {match['baseline_llm_pct']:.1f}% of steps "
@@ -330,27 +321,26 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
     if (ev / VARIANTS_FILE).exists():
         v = json.loads((ev / VARIANTS_FILE).read_text())
         parts += [f"## Router settings and the counterfactual oracle (`{v['condition']}`)", "",
-                  "Paired differences (this row minus the heuristic / entropy router, same episodes, 95% CI).", "",
-                  "| setting | SR (%) | LLM% | LLM% 95% CI | vs heuristic: SR, LLM% [CI] | vs entropy: SR, LLM% [CI] "
-                  "| valid ECE |", "|---|---:|---:|---:|---|---|---:|"]
-        for name, r in v["rows"].items():
-            def d(m: str) -> str:
-                x = r["paired"].get(m)
-                return "" if x is None else _paired_text(x)
-            ece = f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"
-            parts.append(f"| {name} | {r['sr']:.1f} | {r['llm_pct']:.1f} | [{r['llm_pct_ci'][0]:.1f}, "
-                         f"{r['llm_pct_ci'][1]:.1f}] | {d('heuristic')} | {d('entropy')} | {ece} |")
+                  "Paired differences (this row minus the heuristic / entropy router, same episodes, 95% CI).", ""]
+
+        def vs(r: Mapping[str, Any], m: str) -> str:
+            x = r["paired"].get(m)
+            return "" if x is None else _paired_text(x)
+        parts += md_table(["setting", "SR (%)", "LLM%", "LLM% 95% CI", "vs heuristic: SR, LLM% [CI]",
+                           "vs entropy: SR, LLM% [CI]", "valid ECE"],
+                          [[name, f"{r['sr']:.1f}", f"{r['llm_pct']:.1f}", fmt_ci(r["llm_pct_ci"]), vs(r, "heuristic"),
+                            vs(r, "entropy"), f"{r['valid_ece']:.3f}" if "valid_ece" in r else "-"]
+                           for name, r in v["rows"].items()], align="lrrrllr")
         matched = {name: r["matched"] for name, r in v["rows"].items() if "matched" in r}
         if matched:
             parts += ["", "At matched reliability: the baselines' thresholds fitted on the validation rows to each "
-                      "setting's failure recall; paired differences are the setting minus that baseline.", "",
-                      "| setting | valid recall | heuristic: SR, LLM% | minus heuristic: SR, LLM% [CI] "
-                      "| entropy: SR, LLM% | minus entropy: SR, LLM% [CI] |", "|---|---:|---|---|---|---|"]
-            for name, mr in matched.items():
-                h, e = mr["heuristic"], mr["entropy"]
-                parts.append(f"| {name} | {mr['recall']:.3f} | {h['sr']:.1f}, {h['llm_pct']:.1f} | "
-                             f"{_paired_text(h['paired'])} | {e['sr']:.1f}, {e['llm_pct']:.1f} | "
-                             f"{_paired_text(e['paired'])} |")
+                      "setting's failure recall; paired differences are the setting minus that baseline.", ""]
+            parts += md_table(["setting", "valid recall", "heuristic: SR, LLM%", "minus heuristic: SR, LLM% [CI]",
+                               "entropy: SR, LLM%", "minus entropy: SR, LLM% [CI]"],
+                              [[name, f"{mr['recall']:.3f}", f"{h['sr']:.1f}, {h['llm_pct']:.1f}", _paired_text(h["paired"]),
+                                f"{e['sr']:.1f}, {e['llm_pct']:.1f}", _paired_text(e["paired"])]
+                               for name, mr in matched.items() for h, e in [(mr["heuristic"], mr["entropy"])]],
+                              align="lrllll")
         for part, s in v.get("counterfactual", {}).items():
             parts.append(f"\nCounterfactual labels, {part}: {s['episodes_run']} teacher-at-t episodes for "
                          f"{s['failed_rollouts']} failed of {s['rollouts']} rollouts (budget {s['steps_per_rollout']} "
@@ -362,26 +352,24 @@ def study_tables(run_dir: str | os.PathLike) -> list[str]:
         parts += [f"## At matched test reliability (`{m['condition']}`)", "",
                   f"Each R2V cell minus the cheapest heuristic / entropy cell of the study with SR at most {m['slack']:g} "
                   "points below its own (any threshold tried, any repeat: chosen on test, which favours the baselines).",
-                  "", "| setting | repeat | SR | LLM% | heuristic cell: SR, LLM% | minus it: SR, LLM% [CI] "
-                  "| entropy cell: SR, LLM% | minus it: SR, LLM% [CI] |", "|---|---:|---:|---:|---|---|---|---|"]
-        for name, reps in m["rows"].items():
-            for e in reps:
-                def cell(b: str) -> str:
-                    x = e.get(b)
-                    return "none within reach | -" if x is None else \
-                        f"{x['cell']}: {x['sr']:.1f}, {x['llm_pct']:.1f} | {_paired_text(x['paired'])}"
-                parts.append(f"| {name} | {e['repeat'] + 1} | {e['sr']:.1f} | {e['llm_pct']:.1f} | {cell('heuristic')} "
-                             f"| {cell('entropy')} |")
+                  ""]
+
+        def cell(e: Mapping[str, Any], b: str) -> list[str]:  # the baseline's cell, and the difference to it
+            x = e.get(b)
+            return ["none within reach", "-"] if x is None else \
+                [f"{x['cell']}: {x['sr']:.1f}, {x['llm_pct']:.1f}", _paired_text(x["paired"])]
+        parts += md_table(["setting", "repeat", "SR", "LLM%", "heuristic cell: SR, LLM%", "minus it: SR, LLM% [CI]",
+                           "entropy cell: SR, LLM%", "minus it: SR, LLM% [CI]"],
+                          [[name, e["repeat"] + 1, f"{e['sr']:.1f}", f"{e['llm_pct']:.1f}", *cell(e, "heuristic"),
+                            *cell(e, "entropy")] for name, reps in m["rows"].items() for e in reps], align="lrrrllll")
         parts.append("")
     if (ev / REPEATS_FILE).exists():
         r = json.loads((ev / REPEATS_FILE).read_text())
-        parts += [f"## Repeats of router data + router ({r['n']} runs, `{r['condition']}`)", "",
-                  "| method | SR mean | SR std | SR range | LLM% mean | LLM% std | LLM% range |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for m, s in r["spread"].items():
-            a, b = s["sr"], s["llm_pct"]
-            parts.append(f"| {m} | {a['mean']:.1f} | {a['std']:.1f} | {a['min']:.1f}-{a['max']:.1f} | "
-                         f"{b['mean']:.1f} | {b['std']:.1f} | {b['min']:.1f}-{b['max']:.1f} |")
+        parts += [f"## Repeats of router data + router ({r['n']} runs, `{r['condition']}`)", ""]
+        parts += md_table(["method", "SR mean", "SR std", "SR range", "LLM% mean", "LLM% std", "LLM% range"],
+                          [[m, f"{a['mean']:.1f}", f"{a['std']:.1f}", f"{a['min']:.1f}-{a['max']:.1f}",
+                            f"{b['mean']:.1f}", f"{b['std']:.1f}", f"{b['min']:.1f}-{b['max']:.1f}"]
+                           for m, s in r["spread"].items() for a, b in [(s["sr"], s["llm_pct"])]])
         for m, reps in r.get("paired", {}).items():
             for base in (*BASELINES, *(f"{b}@matched" for b in BASELINES)):
                 diffs = [x[base] for x in reps if base in x]

@@ -24,6 +24,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_eval.cells import cell_episodes, scored
 from r2v_eval.grid import GridConfig, cell_dir, check_cells, parse_settings, run_grid
 from r2v_eval.robustness_report import write_report
+from r2v_eval.stats import md_table
 
 
 @dataclass
@@ -102,11 +103,6 @@ def success_table(records: list[dict]) -> str:
         events[r["perturbation"]].append(r["events"] / max(1, r["steps"]))
     perts = list(dict.fromkeys(r["perturbation"] for r in records))
     policies = list(dict.fromkeys(r["policy"] for r in records))
-    lines = ["| perturbation | " + " | ".join(f"{p} SR" for p in policies) + " | events/step | episodes |",
-             "|---|" + "---:|" * (len(policies) + 2)]
-    for pert in perts:
-        srs = [100 * np.mean(cells[pert, p]) for p in policies]
-        n = sum(len(cells[pert, p]) for p in policies)
-        lines.append(f"| {pert} | " + " | ".join(f"{s:.1f}%" for s in srs)
-                     + f" | {np.mean(events[pert]):.2f} | {n} |")
-    return "\n".join(lines)
+    rows = [[pert] + [f"{100 * np.mean(cells[pert, p]):.1f}%" for p in policies]
+            + [f"{np.mean(events[pert]):.2f}", sum(len(cells[pert, p]) for p in policies)] for pert in perts]
+    return "\n".join(md_table(["perturbation"] + [f"{p} SR" for p in policies] + ["events/step", "episodes"], rows))
