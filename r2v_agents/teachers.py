@@ -246,12 +246,9 @@ class HFTeacher(BatchPolicy):
 
     def query_batch(self, contexts: Sequence[Context], infos: Sequence[Mapping[str, Any]] = ()
                     ) -> list[Decision | None]:
-        out: list[Decision | None] = []
-        for i in range(0, len(contexts), self.batch_size):
-            out.extend(self._query_chunk(list(contexts[i:i + self.batch_size])))
-        return out
+        return self._decide(list(contexts))  # the sampler batches by batch_size
 
-    def _query_chunk(self, contexts: list[Context]) -> list[Decision | None]:
+    def _decide(self, contexts: list[Context]) -> list[Decision | None]:
         if not contexts:
             return []
         out: list[Decision | None] = []

@@ -133,21 +133,9 @@ class TransformersSampler(ChunkedSampler):
                 stream_seed(self.seed, None if keys is None else keys[i], prompt)) for i, prompt in enumerate(prompts)]
         new, tok_lp, ent, ends = self._decode(ids.to(device), mask.to(device), k, streams,
                                               max_new_tokens or self.max_new_tokens, stop or self.stop)
-        new, tok_lp, ent, ends = new.tolist(), tok_lp.tolist(), ent.tolist(), ends.tolist()
-        eos = self.tokenizer.eos_token_id
-        result: list[list[Candidate]] = []
-        for p in range(len(prompts)):
-            prompt_ids = tuple(ids[p][mask[p].bool()].tolist())  # left padding removed
-            cands = []
-            for row in range(p * k, (p + 1) * k):
-                toks, end = new[row], ends[row]
-                text = self.tokenizer.decode([t for t in toks[:end] if t != eos], skip_special_tokens=True)
-                lps = tuple(tok_lp[row][:end])
-                cands.append(Candidate(action=parse_completion(text, self.style), logprob=sum(lps), token_logprobs=lps,
-                                       token_entropies=tuple(ent[row][:end]), token_ids=tuple(toks[:end]),
-                                       prompt_token_ids=prompt_ids, text=text))
-            result.append(cands)
-        return result
+        prompt_ids = [tuple(ids[p][mask[p].bool()].tolist()) for p in range(len(prompts))]  # left padding removed
+        cands = self._candidates(new, tok_lp, ent, ends, [prompt_ids[row // k] for row in range(len(prompts) * k)])
+        return [cands[p * k:(p + 1) * k] for p in range(len(prompts))]
 
     def sample_ids(self, seqs: Sequence[Sequence[int]], *, max_new_tokens: int | None = None) -> list[Candidate]:
         """One continuation of each token-id sequence, by the sampler's stop rule and draws (unseeded: the global
@@ -161,14 +149,20 @@ class TransformersSampler(ChunkedSampler):
         mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
         device = next(self.model.parameters()).device
         new, tok_lp, ent, ends = self._decode(ids.to(device), mask.to(device), 1, None, max_new_tokens)
+        return self._candidates(new, tok_lp, ent, ends, [tuple(s) for s in seqs])
+
+    def _candidates(self, new: Any, tok_lp: Any, ent: Any, ends: Any, prompt_ids: list[tuple[int, ...]]
+                    ) -> list[Candidate]:
+        """One :class:`Candidate` per decoded row of :meth:`_decode`, cut at the row's kept length; ``prompt_ids``:
+        the ids each row was conditioned on."""
         new, tok_lp, ent, ends = new.tolist(), tok_lp.tolist(), ent.tolist(), ends.tolist()
-        out = []
-        for r, seq in enumerate(seqs):
-            toks, end = new[r][:ends[r]], ends[r]
-            text = self.tokenizer.decode([t for t in toks if t != self.tokenizer.eos_token_id], skip_special_tokens=True)
-            out.append(Candidate(action=parse_completion(text, self.style), logprob=sum(tok_lp[r][:end]),
-                                 token_logprobs=tuple(tok_lp[r][:end]), token_entropies=tuple(ent[r][:end]),
-                                 token_ids=tuple(toks), prompt_token_ids=tuple(seq), text=text))
+        eos, out = self.tokenizer.eos_token_id, []
+        for row, end in enumerate(ends):
+            toks, lps = new[row][:end], tuple(tok_lp[row][:end])
+            text = self.tokenizer.decode([t for t in toks if t != eos], skip_special_tokens=True)
+            out.append(Candidate(action=parse_completion(text, self.style), logprob=sum(lps), token_logprobs=lps,
+                                 token_entropies=tuple(ent[row][:end]), token_ids=tuple(toks),
+                                 prompt_token_ids=prompt_ids[row], text=text))
         return out
 
     def _decode(self, ids: Any, mask: Any, k: int, streams: list[Any] | None = None, budget: int | None = None,
