@@ -56,6 +56,10 @@ class DRRNConfig:
     seeds, so a test-split evaluation never replays a training noise stream"""
     gamma: float = 0.9
     """discount of the Q target r + gamma * max_a' Q_target(s', a')"""
+    reward_scale: float = 1.0
+    """the env's per-step reward is multiplied by this before it is learned from: TextWorld and BabyAI pay about 1
+    for a win, ScienceWorld pays score deltas on a 0-100 scale (a win is 100 in all), which 0.01 puts on the scale
+    the temperature and the Huber loss assume"""
     terminal_penalty: float = 0.0
     """subtracted from the reward of a step that ends the episode without paying anything (a loss: the game stopped
     without a win); 0: the env's rewards as they are"""
@@ -112,6 +116,8 @@ class DRRNConfig:
             raise UnknownChoiceError("perturbation setting", self.perturbations, SETTINGS)
         if not 0 <= self.gamma < 1:
             raise ValueError(f"gamma must be in [0, 1), got {self.gamma}")
+        if self.reward_scale <= 0:
+            raise ValueError(f"reward_scale must be > 0, got {self.reward_scale}")
         if self.terminal_penalty < 0:
             raise ValueError(f"terminal_penalty must be >= 0, got {self.terminal_penalty}")
         if not 0 <= self.priority_fraction <= 1:

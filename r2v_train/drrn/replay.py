@@ -15,6 +15,8 @@ Example:
     >>> t = transitions(record)
     >>> [(x.action, x.reward, x.done, x.next_actions) for x in t]
     [('a', 0.0, False, ('b', 'c')), ('c', 1.0, True, ())]
+    >>> [x.reward for x in transitions(record, reward_scale=0.01)]  # ScienceWorld pays on a 0-100 scale
+    [0.0, 0.01]
     >>> buf = Replay(capacity=10, priority_fraction=0.5, seed=0)
     >>> buf.extend(t * 3); len(buf), sorted({x.reward for x in buf.sample(4)})
     (6, [0.0, 1.0])
@@ -40,9 +42,10 @@ class Transition:
     next_actions: tuple[str, ...]
 
 
-def transitions(record: Mapping[str, Any], terminal_penalty: float = 0.0) -> list[Transition]:
-    """The transitions of one runner episode record (none for an episode that ended in an env error).
-    ``terminal_penalty`` is subtracted from the reward of a step that ended the episode and paid nothing: the env
+def transitions(record: Mapping[str, Any], terminal_penalty: float = 0.0,
+                reward_scale: float = 1.0) -> list[Transition]:
+    """The transitions of one runner episode record (none for an episode that ended in an env error), rewards
+    multiplied by ``reward_scale``. ``terminal_penalty`` (in scaled units) is subtracted from the reward of a step that ended the episode and paid nothing: the env
     stopped the game without a win (TextWorld's wrong treasure, a cooking game's inedible meal), which a reward of 0
     would not tell apart from a step that merely did nothing."""
     if record["episode"].get("error"):
@@ -55,11 +58,11 @@ def transitions(record: Mapping[str, Any], terminal_penalty: float = 0.0) -> lis
     for i, s in enumerate(steps):
         state = state_text(s["goal"], s["observation"], (s["history_actions"] or [None])[-1])
         if s["terminated"]:
-            r = float(s["reward"])
+            r = float(s["reward"]) * reward_scale
             out.append(Transition(state, s["action"], r - terminal_penalty if r <= 0 else r, True, "", ()))
         elif i + 1 < len(steps):
             n = steps[i + 1]
-            out.append(Transition(state, s["action"], float(s["reward"]), False,
+            out.append(Transition(state, s["action"], float(s["reward"]) * reward_scale, False,
                                   state_text(n["goal"], n["observation"], s["action"]), tuple(seen[i + 1])))
     return out
 

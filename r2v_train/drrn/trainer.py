@@ -185,7 +185,7 @@ class DRRNTrainer:
                 t1 = time.perf_counter()
                 steps = sum(r["episode"]["steps"] for r in records)
                 for r in records:
-                    self.replay.extend(transitions(r, cfg.terminal_penalty))
+                    self.replay.extend(transitions(r, cfg.terminal_penalty, cfg.reward_scale))
                     e = r["episode"]
                     self.curve["episodes"].append([st["episodes"], e["task_id"], e["z"], int(e["success"]),
                                                    e["return"], e["steps"]])
