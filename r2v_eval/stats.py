@@ -115,6 +115,21 @@ def difference_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 1
     return {"episodes": [len(x), len(y)], "diff": float((x.mean() - y.mean()) * k), "diff_ci": _ci95((xb - yb) * k)}
 
 
+def mean_bootstrap(values: Sequence[float], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The mean of per-episode values (a success 0/1, a return) with a 95% bootstrap CI.
+
+    Example:
+        >>> m = mean_bootstrap([0, 1, 1, 1] * 5, n_boot=500)
+        >>> m["mean"], m["episodes"], 0 < m["ci"][0] < 0.75 < m["ci"][1] <= 1
+        (0.75, 20, True)
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if not len(x):
+        raise ValueError("no episodes")
+    boot = x[np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    return {"episodes": len(x), "mean": float(x.mean()), "ci": _ci95(boot)}
+
+
 def pareto_front(points: Mapping[str, tuple[float, float]]) -> list[str]:
     """Names of the non-dominated (LLM%, SR) points: no other point has lower-or-equal cost and higher-or-equal
     SR with one strict. Sorted by cost.

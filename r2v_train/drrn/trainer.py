@@ -32,7 +32,7 @@ from r2v_agents.runner import run as run_episodes
 from r2v_agents.shards import load_rows
 from r2v_agents.workers import EnvSlots, WorkerPool
 from r2v_envs.fileio import write_json_atomic
-from r2v_eval.stats import bootstrap_episodes, difference_bootstrap, episode_metrics
+from r2v_eval.stats import bootstrap_episodes, difference_bootstrap, episode_metrics, mean_bootstrap
 from r2v_train.drrn.config import DRRNConfig
 from r2v_train.drrn.replay import Replay, td_batch, transitions
 from r2v_train.rl.plot import CURVE_PNG, plot_curve
@@ -239,10 +239,11 @@ class DRRNTrainer:
                         "env_steps_per_s": round(st["env_steps"] / max(st["collect_s"], 1e-9), 1),
                         "updates_per_s": round(st["updates"] / max(st["update_s"], 1e-9), 1),
                         "eval": self.curve["eval"].get(str(st["round"]))})
+        summary["tenths"] = training_tenths(self.curve["episodes"])
         write_json_atomic(os.path.join(self.run_dir, SUMMARY), summary)
         plot_curve(self.curve, os.path.join(self.run_dir, CURVE_PNG),
                    title=f"DRRN on {self.cfg.env_id} ({self.cfg.perturbations})", step_label="training episodes",
-                   eval_label=f"SR on {self.cfg.eval_split} tasks (evaluation)")
+                   eval_label=f"SR on {self.cfg.eval_split} tasks (evaluation)", tenths=summary["tenths"])
         return summary
 
 
@@ -267,6 +268,27 @@ def learning_summary(episodes: list[list[Any]]) -> dict[str, Any]:
     return {"episodes": n, "first_tenth": {**tenth(first), "mean_return": sum(r_first) / k},
             "last_tenth": {**tenth(last), "mean_return": sum(r_last) / k}, "rise": difference_bootstrap(last, first),
             "return_rise": difference_bootstrap(r_last, r_first, percent=False)}
+
+
+def training_tenths(episodes: list[list[Any]], parts: int = 10) -> list[dict[str, Any]]:
+    """The training curve with CIs: success (%) and mean return of each tenth of the training episodes, each with
+    its 95% bootstrap CI, at the tenth's middle episode (``step``). The grey dots of the PNG are single rounds of a
+    few episodes; these are what a rise is read from.
+
+    Example:
+        >>> eps = [[i, "t", i, int(i >= 50), float(i >= 50), 5] for i in range(100)]
+        >>> t = training_tenths(eps)
+        >>> len(t), t[0]["step"], t[0]["sr"], t[-1]["sr"], t[-1]["mean_return"]
+        (10, 5.0, 0.0, 100.0, 1.0)
+    """
+    n = len(episodes)
+    out = []
+    for j in range(min(parts, n)):
+        part = episodes[j * n // parts:(j + 1) * n // parts] if n >= parts else episodes[j:j + 1]
+        won, ret = mean_bootstrap([e[3] for e in part]), mean_bootstrap([e[4] for e in part])
+        out.append({"step": (part[0][0] + part[-1][0] + 1) / 2, "episodes": len(part), "sr": 100 * won["mean"],
+                    "sr_ci": [100 * c for c in won["ci"]], "mean_return": ret["mean"], "return_ci": ret["ci"]})
+    return out
 
 
 def train_drrn(cfg: DRRNConfig, run_dir: str) -> dict[str, Any]:

@@ -32,17 +32,23 @@ def load_curve(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
 
 def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, *,
                title: str = "r2v rl: GRPO from the run's SLM", step_label: str = "optimizer step",
-               eval_label: str = "SLM-only SR (evaluation)") -> None:
+               eval_label: str = "SLM-only SR (evaluation)", tenths: list[Mapping[str, Any]] | None = None) -> None:
     """SR (with its 95% CI) and mean return of the evaluations, and the training episodes' success, against
-    optimizer steps (left) and minutes of training (right); ``r2v drrn`` labels its steps and evaluations."""
+    optimizer steps (left) and minutes of training (right); ``r2v drrn`` labels its steps and evaluations and draws
+    ``tenths`` (:func:`r2v_train.drrn.trainer.training_tenths`: the training success and return of each tenth of
+    the episodes, with 95% CIs) as a line and band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     ev = sorted(curve["eval"].values(), key=lambda p: p["step"])
     tr = sorted(curve["train"].values(), key=lambda p: p["step"])
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharey="row")
+    # a tenth's middle episode on the wall-time axis: interpolated between the rounds' (episodes, seconds) points
+    rounds = [(0.0, 0.0)] + [(p["step"], p["train_wall_s"]) for p in tr]
+    wall = lambda step: float(np.interp(step, [a for a, _ in rounds], [b for _, b in rounds]))  # noqa: E731
     for col, (xkey, xlabel, scale) in enumerate((("step", step_label, 1.0),
                                                  ("train_wall_s", "training wall time (min)", 60.0))):
         ax = axes[0][col]
@@ -60,6 +66,11 @@ def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, 
         if tr:
             ax.plot([p[xkey] / scale for p in tr], [100 * p["success"] for p in tr], ".", color="tab:gray",
                     alpha=0.6, label="training episodes won (%)")
+        if tenths:
+            x = [(t["step"] if xkey == "step" else wall(t["step"])) / scale for t in tenths]
+            ax.plot(x, [t["sr"] for t in tenths], "-", color="black", lw=1.5, label="training won, per tenth (95% CI)")
+            ax.fill_between(x, [t["sr_ci"][0] for t in tenths], [t["sr_ci"][1] for t in tenths], color="black",
+                            alpha=0.12)
         ax.set_ylabel("success (%)")
         ax.grid(alpha=0.3)
         ax = axes[1][col]
@@ -69,6 +80,12 @@ def plot_curve(curve: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, 
         if tr:
             ax.plot([p[xkey] / scale for p in tr], [p["mean_return"] for p in tr], ".", color="tab:gray", alpha=0.6,
                     label="mean return (training)")
+        if tenths:
+            x = [(t["step"] if xkey == "step" else wall(t["step"])) / scale for t in tenths]
+            ax.plot(x, [t["mean_return"] for t in tenths], "-", color="black", lw=1.5,
+                    label="training return, per tenth (95% CI)")
+            ax.fill_between(x, [t["return_ci"][0] for t in tenths], [t["return_ci"][1] for t in tenths],
+                            color="black", alpha=0.12)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("return")
         ax.grid(alpha=0.3)

@@ -41,6 +41,10 @@ def test_drrn_success_rises_on_the_scripted_corridor(tmp_path):
     first, last = s["first_tenth"]["sr"], s["last_tenth"]["sr"]
     assert s["episodes"] == 80 and s["updates"] > 0
     assert last >= 80 and s["rise"]["diff_ci"][0] > 0, (first, last, s["rise"])
+    # the curve's line and band: ten tenths of 8 episodes, the first and last the summary's own
+    tenths = s["tenths"]
+    assert [t["episodes"] for t in tenths] == [8] * 10
+    assert (tenths[0]["sr"], tenths[-1]["sr"]) == (first, last) and tenths[-1]["sr_ci"][0] > tenths[0]["sr_ci"][1]
     assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
