@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from r2v_agents.context import Context
-from r2v_agents.policy import BatchPolicy, Decision
+from r2v_agents.policy import BatchPolicy, Decision, parse_run_spec
 from r2v_agents.reference import step_rng
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 
@@ -243,11 +243,23 @@ def trained_policy(net: DRRN) -> DRRNPolicy:
     return DRRNPolicy(net, temperature=float(cfg.get("temperature", 0.0)), seed=int(cfg.get("seed", 0)))
 
 
-def drrn_agent(run_dir: str) -> DRRNPolicy:
-    """``drrn:RUN_DIR`` of ``r2v eval``: the trained policy (:func:`trained_policy`) of a ``r2v drrn`` run."""
+DRRN_OPTIONS = ("temperature", "seed")
+"""Options of a ``drrn:RUN_DIR?...`` spec: ``temperature`` (0: greedy) and ``seed`` of the softmax draws; default:
+the run's own, as it trained."""
+
+
+def drrn_agent(spec: str) -> DRRNPolicy:
+    """``drrn:RUN_DIR`` of ``r2v eval``: the trained policy (:func:`trained_policy`) of a ``r2v drrn`` run;
+    ``drrn:RUN_DIR?temperature=0`` acts greedily, ``?temperature=T&seed=S`` draws at another temperature or seed."""
+    run_dir, opts = parse_run_spec(spec, DRRN_OPTIONS, "drrn")
     path = os.path.join(run_dir, MODEL_FILE)
     if not os.path.exists(path):
         raise BackendUnavailableError(f"drrn:{run_dir}", f"no {MODEL_FILE} there: give a `r2v drrn` run directory "
                                       "(a run writes it at its first checkpoint)")
     torch.set_num_threads(min(torch.get_num_threads(), 2))
-    return trained_policy(load_drrn(path))
+    policy = trained_policy(load_drrn(path))
+    try:
+        return DRRNPolicy(policy.net, temperature=float(opts.get("temperature", policy.temperature)),
+                          seed=int(opts.get("seed", policy.seed)))
+    except ValueError as e:  # a temperature or seed that is not a number, or a negative temperature
+        raise ValueError(f"drrn:{spec}: {e}") from e

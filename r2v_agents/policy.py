@@ -21,12 +21,33 @@ Example:
 from __future__ import annotations
 
 import copy
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from r2v_agents.context import AGENT_VISIBLE_INFO, Context  # noqa: F401 - AGENT_VISIBLE_INFO: documented here
+from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.visibility import visible_info  # noqa: F401 - re-exported: the agent-visible part of an info
+
+
+def parse_run_spec(arg: str, options: Sequence[str], kind: str) -> tuple[str, dict[str, str]]:
+    """The ``RUN_DIR?key=value&...`` of an ``r2v eval --agent KIND:RUN_DIR?...`` spec -> (RUN_DIR, options); a key
+    not in ``options`` raises (``kind`` names the agent kind in the message). ``slm:``, ``r2v:`` and ``drrn:`` read
+    their run directories this way.
+
+    Example:
+        >>> parse_run_spec("runs/r2v?k=1&greedy=1", ("k", "greedy"), "slm")
+        ('runs/r2v', {'k': '1', 'greedy': '1'})
+        >>> parse_run_spec("runs/drrn", ("temperature",), "drrn")
+        ('runs/drrn', {})
+    """
+    run_dir, _, query = arg.partition("?")
+    opts = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    for key in opts:
+        if key not in options:
+            raise UnknownChoiceError(f"{kind}: option", key, options)
+    return run_dir, opts
 
 
 @dataclass

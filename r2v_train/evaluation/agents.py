@@ -15,16 +15,15 @@ import dataclasses
 import functools
 import json
 import os
-import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from r2v_agents.policy import BatchPolicy
+from r2v_agents.policy import BatchPolicy, parse_run_spec
 from r2v_agents.prompts import action_style
 from r2v_agents.routed import RoutedPolicy
 from r2v_agents.routers import MLPRouter
 from r2v_agents.samplers.memo import MemoSampler
-from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
+from r2v_envs.errors import BackendUnavailableError
 from r2v_train.chain.collect import RouterDataConfig, make_sampler, make_teacher, slm_policy
 from r2v_train.chain.dpo import dpo_stage
 from r2v_train.config import load_config
@@ -75,23 +74,6 @@ POLICY_OPTIONS = ("k", "greedy", "temperature")
 TRUE = ("1", "true", "yes", "on")
 
 
-def parse_run_spec(arg: str) -> tuple[str, dict[str, str]]:
-    """``RUN_DIR?key=value&...`` -> (RUN_DIR, options), the options checked against :data:`POLICY_OPTIONS`.
-
-    Example:
-        >>> parse_run_spec("runs/r2v?k=1&greedy=1")
-        ('runs/r2v', {'k': '1', 'greedy': '1'})
-        >>> parse_run_spec("runs/r2v")
-        ('runs/r2v', {})
-    """
-    run_dir, _, query = arg.partition("?")
-    opts = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    for key in opts:
-        if key not in POLICY_OPTIONS:
-            raise UnknownChoiceError("slm: option", key, POLICY_OPTIONS)
-    return run_dir, opts
-
-
 def policy_options(cfg: RouterDataConfig, opts: Mapping[str, str]) -> tuple[RouterDataConfig, bool]:
     """The SLM's sampling config under a spec's options, and whether the benchmark's verifier picks among its
     candidates (only when K > 1: one candidate has nothing to pick from, so ``k=1`` is the policy alone).
@@ -122,7 +104,7 @@ def run_dir_agent(kind: str, spec: str) -> BatchPolicy:
     """The SLM alone (``slm``, with the options of :func:`policy_options`) or the routed R2V agent (``r2v``) of a
     training run directory."""
 
-    run_dir, opts = parse_run_spec(spec)
+    run_dir, opts = parse_run_spec(spec, POLICY_OPTIONS, kind)
     path = os.path.join(run_dir, MANIFEST)
     if not os.path.exists(path):
         raise BackendUnavailableError(f"{kind}:{run_dir}", f"no {MANIFEST} there: give a `r2v train` run directory")

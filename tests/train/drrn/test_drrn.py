@@ -12,7 +12,7 @@ import torch
 from r2v_agents.context import Context
 from r2v_agents.drrn import DRRN, MODEL_FILE, DRRNArch, DRRNPolicy
 from r2v_agents.shards import load_rows
-from r2v_envs.errors import BackendUnavailableError
+from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 from r2v_eval import agents as eval_agents
 from r2v_eval.cli import EvalArgs, evaluate
 from r2v_train.drrn.config import DRRNConfig
@@ -77,6 +77,13 @@ def test_drrn_run_dir_is_an_r2v_eval_agent(tmp_path, monkeypatch):
         eval_agents.build_agent(f"drrn:{tmp_path / 'nothing'}")
     policy, name = eval_agents.build_agent(f"drrn:{run}")
     assert isinstance(policy, DRRNPolicy) and policy.temperature == TINY["temperature"] and name == "drrn"
+    greedy, name = eval_agents.build_agent(f"drrn:{run}?temperature=0&seed=3")
+    assert (greedy.temperature, greedy.seed, name) == (0.0, 3, "drrn?temperature=0&seed=3")
+    assert greedy.net.state_dict()["q.0.weight"].equal(policy.net.state_dict()["q.0.weight"])
+    with pytest.raises(UnknownChoiceError, match="tempreature"):
+        eval_agents.build_agent(f"drrn:{run}?tempreature=0")
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        eval_agents.build_agent(f"drrn:{run}?temperature=-1")
     results = evaluate(EvalArgs(agent=f"drrn:{run}", out=str(tmp_path / "eval"), envs=("R2V/Scripted-v0",),
                                 perturbations=("none", "partial"), seeds=(0,), tasks=3, progress=False,
                                 bootstrap=50))
