@@ -70,10 +70,15 @@ class DRRNArch:
     encoder: str = "gru"
     """gru (He et al.: a GRU over the hashed words) or bag (the mean of hashed word and word-bigram embeddings
     through a linear layer: no recurrence, several times faster on a CPU)"""
+    history: int = 1
+    """the agent's own last N actions in the state text (1: the action that led here, He et al.'s state); more
+    lets a memoryless Q tell a room it has just left from a new one"""
 
     def __post_init__(self) -> None:
         if self.encoder not in ENCODERS:
             raise UnknownChoiceError("DRRN encoder", self.encoder, ENCODERS)
+        if self.history < 1:
+            raise ValueError(f"history must be >= 1, got {self.history}")
 
 
 def token_ids(text: str, buckets: int, limit: int, bigrams: bool = False) -> list[int]:
@@ -92,9 +97,15 @@ def token_ids(text: str, buckets: int, limit: int, bigrams: bool = False) -> lis
     return [1 + zlib.crc32(w.encode()) % (buckets - 1) for w in words] or [1]
 
 
-def state_text(goal: str, observation: str, last_action: str | None) -> str:
-    """What the state encoder reads: the visible goal, the action that led here, and the observation."""
-    return f"{goal} | {last_action or 'start'} | {observation}"
+def state_text(goal: str, observation: str, recent: Sequence[str]) -> str:
+    """What the state encoder reads: the visible goal, the agent's recent actions (the last of them led here; none at
+    the start), and the observation.
+
+    Example:
+        >>> state_text("Find the coin.", "A hall.", []), state_text("g", "o", ["go east", "go west"])
+        ('Find the coin. | start | A hall.', 'g | go east ; go west | o')
+    """
+    return f"{goal} | {' ; '.join(recent) or 'start'} | {observation}"
 
 
 def seen_actions(admissible: Sequence[str] | None, previous: Sequence[str] | None) -> list[str]:
@@ -108,8 +119,8 @@ def seen_actions(admissible: Sequence[str] | None, previous: Sequence[str] | Non
     return list(admissible) if admissible else list(previous or ())
 
 
-def context_state(ctx: Context) -> str:
-    return state_text(ctx.goal, ctx.observation, ctx.last_action)
+def context_state(ctx: Context, history: int = 1) -> str:
+    return state_text(ctx.goal, ctx.observation, [t.action for t in ctx.history[-history:]])
 
 
 class DRRN(nn.Module):
@@ -213,7 +224,7 @@ class DRRNPolicy(BatchPolicy):
                    for c, k in zip(contexts, keys)]
         self._seen.update({k: a for k, a in zip(keys, actions) if a})
         with torch.no_grad():
-            qs = self.net.q_values([context_state(c) for c in contexts], actions)
+            qs = self.net.q_values([context_state(c, self.net.arch.history) for c in contexts], actions)
         out = []
         for ctx, acts, q in zip(contexts, actions, qs):
             if not acts:

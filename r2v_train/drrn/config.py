@@ -86,6 +86,8 @@ class DRRNConfig:
     encoder: str = "gru"
     """state and action encoders: gru (He et al.) or bag (mean of hashed word and bigram embeddings: several times
     more updates per second on a CPU)"""
+    history: int = 1
+    """the agent's own last N actions in the state text (1: the action that led here, He et al.'s state)"""
     buckets: int = 8192
     """hash buckets of the word embedding"""
     embed: int = 64
@@ -123,7 +125,7 @@ class DRRNConfig:
         if not 0 <= self.priority_fraction <= 1:
             raise ValueError(f"priority_fraction must be in [0, 1], got {self.priority_fraction}")
         for name in ("episodes", "episodes_per_round", "max_steps", "batch_size", "replay_size", "target_every",
-                     "checkpoint_every", "threads", "buckets", "embed", "hidden"):
+                     "checkpoint_every", "threads", "buckets", "embed", "hidden", "history"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("temperature", "updates_per_step", "learning_rate"):

@@ -17,6 +17,8 @@ Example:
     [('a', 0.0, False, ('b', 'c')), ('c', 1.0, True, ())]
     >>> [x.reward for x in transitions(record, reward_scale=0.01)]  # ScienceWorld pays on a 0-100 scale
     [0.0, 0.01]
+    >>> transitions(record, history=2)[0].next_state, transitions(record)[1].state
+    ('g | a | o1', 'g | a | o1')
     >>> buf = Replay(capacity=10, priority_fraction=0.5, seed=0)
     >>> buf.extend(t * 3); len(buf), sorted({x.reward for x in buf.sample(4)})
     (6, [0.0, 1.0])
@@ -43,11 +45,12 @@ class Transition:
 
 
 def transitions(record: Mapping[str, Any], terminal_penalty: float = 0.0,
-                reward_scale: float = 1.0) -> list[Transition]:
+                reward_scale: float = 1.0, history: int = 1) -> list[Transition]:
     """The transitions of one runner episode record (none for an episode that ended in an env error), rewards
-    multiplied by ``reward_scale``. ``terminal_penalty`` (in scaled units) is subtracted from the reward of a step that ended the episode and paid nothing: the env
-    stopped the game without a win (TextWorld's wrong treasure, a cooking game's inedible meal), which a reward of 0
-    would not tell apart from a step that merely did nothing."""
+    multiplied by ``reward_scale``, states with the agent's last ``history`` actions (as the policy reads them).
+    ``terminal_penalty`` (in scaled units) is subtracted from the reward of a step that ended the episode and paid
+    nothing: the env stopped the game without a win (TextWorld's wrong treasure, a cooking game's inedible meal),
+    which a reward of 0 would not tell apart from a step that merely did nothing."""
     if record["episode"].get("error"):
         return []
     steps = record["steps"]
@@ -56,14 +59,16 @@ def transitions(record: Mapping[str, Any], terminal_penalty: float = 0.0,
         seen[i] = seen_actions(steps[i]["admissible_actions"], seen[i - 1])
     out = []
     for i, s in enumerate(steps):
-        state = state_text(s["goal"], s["observation"], (s["history_actions"] or [None])[-1])
+        recent = list(s["history_actions"] or ())
+        state = state_text(s["goal"], s["observation"], recent[-history:])
         if s["terminated"]:
             r = float(s["reward"]) * reward_scale
             out.append(Transition(state, s["action"], r - terminal_penalty if r <= 0 else r, True, "", ()))
         elif i + 1 < len(steps):
             n = steps[i + 1]
             out.append(Transition(state, s["action"], float(s["reward"]) * reward_scale, False,
-                                  state_text(n["goal"], n["observation"], s["action"]), tuple(seen[i + 1])))
+                                  state_text(n["goal"], n["observation"], [*recent, s["action"]][-history:]),
+                                  tuple(seen[i + 1])))
     return out
 
 

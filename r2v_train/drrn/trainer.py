@@ -72,7 +72,8 @@ class DRRNTrainer:
         torch.set_num_threads(cfg.threads)
         self.tasks, self.benchmark = train_tasks(cfg)
         torch.manual_seed(cfg.seed)
-        arch = DRRNArch(buckets=cfg.buckets, embed=cfg.embed, hidden=cfg.hidden, encoder=cfg.encoder)
+        arch = DRRNArch(buckets=cfg.buckets, embed=cfg.embed, hidden=cfg.hidden, encoder=cfg.encoder,
+                        history=cfg.history)
         self.net, self.target = DRRN(arch), DRRN(arch)
         self.target.load_state_dict(self.net.state_dict())
         self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, foreach=True)
@@ -185,7 +186,7 @@ class DRRNTrainer:
                 t1 = time.perf_counter()
                 steps = sum(r["episode"]["steps"] for r in records)
                 for r in records:
-                    self.replay.extend(transitions(r, cfg.terminal_penalty, cfg.reward_scale))
+                    self.replay.extend(transitions(r, cfg.terminal_penalty, cfg.reward_scale, cfg.history))
                     e = r["episode"]
                     self.curve["episodes"].append([st["episodes"], e["task_id"], e["z"], int(e["success"]),
                                                    e["return"], e["steps"]])
