@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from r2v_agents.context import Context
-from r2v_agents.drrn import DRRN, MODEL_FILE, DRRNArch, DRRNPolicy
+from r2v_agents.drrn import DRRN, MODEL_FILE, DRRNArch, DRRNPolicy, context_state
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 from r2v_eval import agents as eval_agents
@@ -107,3 +107,18 @@ def test_a_hidden_action_list_is_scored_from_the_last_one_seen():
              "reward": 1.0, "terminated": True}]
     t = transitions({"episode": {"error": None}, "steps": rows})
     assert t[0].next_actions == ("a",) and t[1].done
+
+
+@pytest.mark.parametrize("history", [1, 3])
+def test_the_learner_reads_the_states_the_policy_acted_on(history):
+    """--history N: the replay's state and next state of a step are the text the policy scored at that step and the
+    next, so Q is learned on what it acts on."""
+    ctx, rows, states = Context.start("g", "o0", {"admissible_actions": ["a", "b"]}), [], []
+    for i, action in enumerate(["go east", "go west", "take coin", "look"]):
+        rows.append({"goal": "g", "observation": ctx.observation, "history_actions": ctx.actions,
+                     "admissible_actions": ["a", "b"], "action": action, "reward": 0.0, "terminated": False})
+        states.append(context_state(ctx, history))
+        ctx = ctx.advance(action, f"o{i + 1}", 0.0, {})
+    t = transitions({"episode": {"error": None}, "steps": rows}, history=history)
+    assert [x.state for x in t] == states[:3] and [x.next_state for x in t] == states[1:]
+    assert ("go east" in states[3]) == (history == 3)  # the oldest of the last three actions, not only the last
