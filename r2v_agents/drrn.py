@@ -246,11 +246,12 @@ def _softmax_draw(q: torch.Tensor, temperature: float, seed: int, ctx: Context) 
     return len(p) - 1 if not math.isnan(acc) else 0
 
 
-def trained_policy(net: DRRN) -> DRRNPolicy:
+def trained_policy(net: DRRN, overrides: dict[str, str] | None = None) -> DRRNPolicy:
     """The policy a run trained: the softmax at its training temperature and seed, as Jericho's DRRN is scored (a
     greedy DRRN repeats itself: on held-out TextWorld games it walked back and forth until the step cap). Draws are
-    seeded per (seed, episode, step), so an evaluation is reproducible."""
-    cfg = getattr(net, "meta", {}).get("config", {})
+    seeded per (seed, episode, step), so an evaluation is reproducible. ``overrides`` (a spec's
+    :data:`DRRN_OPTIONS`) replace the run's temperature or seed."""
+    cfg = {**getattr(net, "meta", {}).get("config", {}), **(overrides or {})}
     return DRRNPolicy(net, temperature=float(cfg.get("temperature", 0.0)), seed=int(cfg.get("seed", 0)))
 
 
@@ -268,9 +269,4 @@ def drrn_agent(spec: str) -> DRRNPolicy:
         raise BackendUnavailableError(f"drrn:{run_dir}", f"no {MODEL_FILE} there: give a `r2v drrn` run directory "
                                       "(a run writes it at its first checkpoint)")
     torch.set_num_threads(min(torch.get_num_threads(), 2))
-    policy = trained_policy(load_drrn(path))
-    try:
-        return DRRNPolicy(policy.net, temperature=float(opts.get("temperature", policy.temperature)),
-                          seed=int(opts.get("seed", policy.seed)))
-    except ValueError as e:  # a temperature or seed that is not a number, or a negative temperature
-        raise ValueError(f"drrn:{spec}: {e}") from e
+    return trained_policy(load_drrn(path), opts)

@@ -172,7 +172,13 @@ def build_agent(spec: str, options: AgentOptions | None = None) -> tuple[BatchPo
     kind, _, arg = spec.partition(":")
     if arg and kind in plugin_agents():
         options = arg.partition("?")[2]  # `slm:RUN?k=1`: the policy alone is another agent than `slm:RUN`
-        return plugin_agent(kind, arg), f"{kind}?{options}" if options else kind
+        try:
+            policy = plugin_agent(kind, arg)
+        except R2VError:
+            raise
+        except ValueError as e:  # an option value the kind cannot use (`?k=x`, `?temperature=-1`): the user's to fix
+            raise AgentSpecError(f"--agent {spec!r}: {e}") from e
+        return policy, f"{kind}?{options}" if options else kind
     if ":" in spec:
         try:
             obj = load_callable(spec)

@@ -82,8 +82,10 @@ def test_drrn_run_dir_is_an_r2v_eval_agent(tmp_path, monkeypatch):
     assert greedy.net.state_dict()["q.0.weight"].equal(policy.net.state_dict()["q.0.weight"])
     with pytest.raises(UnknownChoiceError, match="tempreature"):
         eval_agents.build_agent(f"drrn:{run}?tempreature=0")
-    with pytest.raises(ValueError, match="temperature must be >= 0"):
+    with pytest.raises(eval_agents.AgentSpecError, match="temperature must be >= 0"):
         eval_agents.build_agent(f"drrn:{run}?temperature=-1")
+    with pytest.raises(eval_agents.AgentSpecError, match="could not convert"):
+        eval_agents.build_agent(f"drrn:{run}?seed=0&temperature=x")
     results = evaluate(EvalArgs(agent=f"drrn:{run}", out=str(tmp_path / "eval"), envs=("R2V/Scripted-v0",),
                                 perturbations=("none", "partial"), seeds=(0,), tasks=3, progress=False,
                                 bootstrap=50))
