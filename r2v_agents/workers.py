@@ -19,7 +19,7 @@ from typing import Any
 import r2v_envs  # noqa: F401 - registers the envs
 from r2v_agents.episodes import Episode, LocalHost, RunConfig, RunContext, drive
 from r2v_envs.forkserver import env_context, stop_worker
-from r2v_envs.resolve import open_env
+from r2v_envs.resolve import is_url, open_env
 
 
 def _is_plain_json(v: Any) -> bool:
@@ -37,34 +37,56 @@ def _clean_info(info: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class EnvSlots:
-    """The env side of the runner (in a worker or in-process): slots that reset and step on command."""
+    """The env side of the runner (in a worker or in-process): slots that reset and step on command.
+
+    An r2v env made without ``seed`` takes its perturbation seed z from each seeded reset (``r2v_envs.core``:
+    ``reset(seed=z)`` is a fresh env made with ``seed=z``), so one env serves every z: a run whose z counts up per
+    episode (``r2v drrn``, ``r2v rl``) no longer builds an env per episode; a ScienceWorld env is a JVM, and a
+    fresh JVM per episode cost its start and an unwarmed engine on every step. Envs whose z is fixed at make (a
+    served env's session, a user's callable that does not follow reset seeds) are kept per z, as before.
+    """
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], max_steps: int | None,
                  wrappers: tuple[str, ...] = (), idle_cap: int = 4):
         self.env_id, self.env_kwargs, self.max_steps, self.idle_cap = env_id, dict(env_kwargs), max_steps, idle_cap
         self.wrappers = tuple(wrappers)
-        self.active: dict[int, tuple[int, Any]] = {}
-        self.idle: dict[int, list[Any]] = {}
+        self.active: dict[int, tuple[int | None, Any]] = {}
+        self.idle: dict[int | None, list[Any]] = {}  # key None: envs that follow each reset's seed
+        self.follows_reset_seed: bool | None = None if not is_url(env_id) else False  # None: not known yet
 
-    def _env_for(self, slot: int, z: int):
+    def _make(self, z: int) -> tuple[int | None, Any]:
+        kw = dict(self.env_kwargs)
+        if self.max_steps is not None:
+            kw["max_episode_steps"] = self.max_steps
+        if self.follows_reset_seed is not False:
+            try:
+                env = open_env(self.env_id, **kw)
+            except TypeError:  # a user's callable that requires seed: its z is fixed at make
+                env = None
+            self.follows_reset_seed = env is not None and getattr(env.unwrapped, "z_from_reset", False) is True
+            if self.follows_reset_seed:
+                return None, self._wrap(env)
+            if env is not None:
+                env.close()  # its z is its own: make it per z below
+        return z, self._wrap(open_env(self.env_id, seed=z, **kw))  # an id, module:Id or a server URL (a session)
+
+    def _wrap(self, env: Any) -> Any:
+        for path in self.wrappers:  # extra wrappers on top of the registered stack, innermost first
+            env = load_callable(path)(env)
+        return env
+
+    def _env_for(self, slot: int, z: int) -> tuple[int | None, Any]:
         old = self.active.pop(slot, None)
         if old is not None:
             self.idle.setdefault(old[0], []).append(old[1])
-        pool = self.idle.get(z)
-        if pool:
-            env = pool.pop()
-        else:
-            kw = dict(self.env_kwargs)
-            if self.max_steps is not None:
-                kw["max_episode_steps"] = self.max_steps
-            env = open_env(self.env_id, seed=z, **kw)  # an id, module:Id or a server URL (a session per env)
-            for path in self.wrappers:  # extra wrappers on top of the registered stack, innermost first
-                env = load_callable(path)(env)
+        key = None if self.follows_reset_seed else z
+        pool = self.idle.get(key)
+        made = (key, pool.pop()) if pool else self._make(z)
         while sum(map(len, self.idle.values())) > self.idle_cap:
             z_old = next(k for k, v in self.idle.items() if v)
             self.idle[z_old].pop(0).close()
-        self.active[slot] = (z, env)
-        return env
+        self.active[slot] = made
+        return made
 
     def handle(self, cmds: list[tuple]) -> list[tuple]:
         """``("reset", slot, task_id, z)`` or ``("step", slot, action)`` -> (slot, obs, reward, terminated,
@@ -74,8 +96,9 @@ class EnvSlots:
             slot = cmd[1]
             try:
                 if cmd[0] == "reset":
-                    obs, info = self._env_for(slot, cmd[3]).reset(
-                        options={"task_id": cmd[2], "episode_index": 0})
+                    key, env = self._env_for(slot, cmd[3])
+                    seed = {} if key is not None else {"seed": cmd[3]}  # an env of every z is seeded per episode
+                    obs, info = env.reset(**seed, options={"task_id": cmd[2], "episode_index": 0})
                     out.append((slot, obs, 0.0, False, False, _clean_info(info), None))
                 else:
                     obs, r, term, trunc, info = self.active[slot][1].step(cmd[2])

@@ -176,3 +176,59 @@ def test_sigkill_then_resume_loses_nothing_and_leaves_no_corrupt_file(tmp_path, 
     for kind in ("episodes", "steps", "router"):
         assert load_rows(out, kind) == load_rows(ref, kind)
     assert not list(out.glob(".*.tmp")) and not list((out / "pending").iterdir())
+
+
+def _play(env, reset_kwargs, actions):
+    obs, info = env.reset(**reset_kwargs)
+    trace = [(obs, info["perturbations"], info["admissible_actions"])]
+    for action in actions:
+        obs, reward, term, trunc, info = env.step(action)
+        trace.append((obs, reward, term, trunc, info["perturbations"], info["admissible_actions"]))
+    return trace
+
+
+def fixed_z_scripted(seed, **kwargs):
+    """A user's ``module:callable`` that needs ``seed`` (its z is fixed at make)."""
+    import gymnasium as gym
+
+    return gym.make("R2V/Scripted-v0", seed=seed, **kwargs)
+
+
+def test_env_slots_reuse_one_env_across_z_and_play_what_a_fresh_env_plays():
+    import gymnasium as gym
+
+    from r2v_agents.workers import EnvSlots
+
+    actions = ["look", "go east", "take coin", "go west"]
+    kwargs = {"perturbations": "composite"}
+    slots = EnvSlots("R2V/Scripted-v0", kwargs, max_steps=10)
+    made, traces = [], {}
+    try:
+        for z in (3, 7, 3, 11):  # one slot: the same env serves every z
+            key, env = slots._env_for(0, z)
+            made.append(id(env.unwrapped))
+            got = _play(env, {"seed": z, "options": {"task_id": TASKS[0], "episode_index": 0}}, actions)
+            fresh = gym.make("R2V/Scripted-v0", seed=z, max_episode_steps=10, **kwargs)
+            try:
+                want = _play(fresh, {"options": {"task_id": TASKS[0], "episode_index": 0}}, actions)
+            finally:
+                fresh.close()
+            assert key is None and got == want, z
+            traces[z] = got
+        assert slots.follows_reset_seed is True and len(set(made)) == 1
+        assert len({repr(t) for t in traces.values()}) == 3  # the noise is on: each z plays differently
+
+        # the runner's own commands: one env, and each reset's z is the one the command names
+        out = slots.handle([("reset", 0, TASKS[0], 5), ("step", 0, "look")])
+        assert [o[6] for o in out] == [None, None] and out[0][5]["perturbation_seed"] == 5
+    finally:
+        slots.close()
+
+    fixed = EnvSlots("tests.agents.test_runner:fixed_z_scripted", kwargs, max_steps=10)
+    try:
+        keys = [fixed._env_for(0, z)[0] for z in (3, 7)]
+        assert fixed.follows_reset_seed is False and keys == [3, 7]  # made per z, as before
+        out = fixed.handle([("reset", 0, TASKS[0], 9)])
+        assert out[0][6] is None and out[0][5]["perturbation_seed"] == 9
+    finally:
+        fixed.close()
