@@ -8,9 +8,9 @@ plays its model agents (the ``inspect`` extra; docs/inspect.md).
 * **Dataset**: one sample per (task, seed z), id ``<task_id>@<z>`` (:func:`r2v_agents.episodes.episode_key`), the
   tasks chosen as ``r2v eval`` chooses them (:func:`r2v_eval.grid.resolve_tasks`).
 * **Solver** (:func:`play_env`): the env is built and stepped by the runner's own env side
-  (:class:`r2v_agents.workers.EnvSlots`, so ``gym.make(id, seed=z, perturbations=...)`` and the reset options are
-  the runner's), every step's chat is ``r2v eval``'s (:func:`r2v_eval.model_agents.chat_messages`: system prompt plus
-  the bounded prompt of the agent-visible context), the reply becomes an action through the same
+  (:class:`r2v_agents.workers.EnvSlots`: the episode is a fresh ``gym.make(id, seed=z, perturbations=...)``'s, with
+  the runner's reset options), every step's chat is ``r2v eval``'s (:func:`r2v_eval.model_agents.chat_messages`:
+  system prompt plus the bounded prompt of the agent-visible context), the reply becomes an action through the same
   :class:`r2v_eval.model_agents.ReplyReader` (grounding chain), and the episode is folded and recorded by the
   runner's :func:`r2v_agents.episodes.observe` / :func:`~r2v_agents.episodes.finish`. The prompt is built from a
   :class:`r2v_agents.context.Context`, which never holds the oracle keys of ``info`` (``r2v_envs.visibility``): the
