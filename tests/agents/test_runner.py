@@ -18,6 +18,7 @@ from r2v_agents.policy import BatchPolicy, Decision
 from r2v_agents.runner import run
 from r2v_agents.shards import contexts_from_steps, load_dataset, load_rows
 from r2v_agents.teachers import OracleTeacher
+from r2v_agents.workers import EnvSlots
 from tests.support.scripted_runs import SEEDS, TASKS, NoisyExpert, config, shard_bytes
 
 
@@ -196,8 +197,6 @@ def fixed_z_scripted(seed, **kwargs):
 
 def test_env_slots_reuse_one_env_across_z_and_play_what_a_fresh_env_plays():
     import gymnasium as gym
-
-    from r2v_agents.workers import EnvSlots
 
     actions = ["look", "go east", "take coin", "go west"]
     kwargs = {"perturbations": "composite"}
