@@ -35,7 +35,7 @@ from r2v_eval.stats import with_ci
 from r2v_eval.view import main as view_main
 from r2v_train import run_dir as paths
 from r2v_train.chain.launch import BCLaunch, DPOLaunch, run_bc, run_dpo
-from r2v_train.chain.stages import ChainConfig, run_chain, set_threads
+from r2v_train.chain.stages import ChainConfig, run_chain
 from r2v_train.config import DEFAULT_CONFIG, PipelineConfig, load_config, preset, read_config
 from r2v_train.doctor import DoctorArgs, doctor
 from r2v_train.drrn.config import DRRNArgs
@@ -48,7 +48,7 @@ from r2v_train.rl.config import RLArgs
 from r2v_train.router.config import ROUTER_FILE
 from r2v_train.router.data import RouterData
 from r2v_train.router.train import RouterTrainArgs, RouterTrainResult, train_router
-from r2v_train.runtime.cpu import keep_freed_memory, pin_cpu_kernels
+from r2v_train.runtime.cpu import keep_freed_memory, pin_cpu_kernels, set_threads
 from r2v_train.table1 import Table1Args, table1_main
 
 

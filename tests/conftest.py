@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -23,12 +24,9 @@ def trained_run_template(tmp_path_factory):
 def tiny_chain_template(tmp_path_factory):
     """``(run dir, results)`` of the whole training chain on its tiny preset (the miniature pipeline's chain), built
     once; a test that changes the run works on a copy (``shutil.copytree``)."""
-    import torch
-
     from r2v_train.chain.stages import run_chain
     from r2v_train.config import tiny_config
 
-    torch.set_num_threads(2)
     run_dir = tmp_path_factory.mktemp("tiny-chain")
     return run_dir, run_chain(tiny_config(), run_dir)
 
@@ -61,6 +59,11 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"  # `-n 2` alone: honour the groups (xdist's default ignores them)
     if hasattr(config, "workerinput"):  # a worker parses the command line again, without the line above
         config.option.loadgroup = True
+        # Each worker (and every command it starts) spins one torch thread, not one per core: two workers with two
+        # threads each oversubscribe the two cores, and the tiny chain beside one busy core ran BC 21.6 s and DPO
+        # 29.6 s with two threads, 14.9 s and 22.2 s with one (r2v_train.runtime.cpu.thread_count). A caller's own
+        # OMP_NUM_THREADS is kept.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_itemcollected(item):

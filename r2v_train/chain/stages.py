@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -53,7 +52,7 @@ from r2v_train.router.bagging import fit_router
 from r2v_train.router.config import RouterTrainConfig
 from r2v_train.router.data import RouterData
 from r2v_train.run_dir import MANIFEST, MARKER, slm_model, stage_paths
-from r2v_train.runtime.cpu import CPU_KERNELS, pin_cpu_kernels, torch_cpu_capability
+from r2v_train.runtime.cpu import CPU_KERNELS, pin_cpu_kernels, set_threads, torch_cpu_capability
 from r2v_train.runtime.narrate import describe_stage, duration, eta_text, say
 
 STAGES = ("split", "teacher", "replay", "bc", "preferences", "dpo", "router_data", "router")
@@ -77,7 +76,7 @@ class ChainConfig:
     router_data: RouterDataConfig = field(default_factory=RouterDataConfig)
     router: RouterTrainConfig = field(default_factory=lambda: RouterTrainConfig(progress=False))
     threads: int = 2
-    """torch CPU threads of the training stages"""
+    """torch CPU threads of the training stages (no more than OMP_NUM_THREADS where it is set)"""
     cpu_kernels: str = "native"
     """CPU kernel paths of torch, MKL and oneDNN (r2v_train.runtime.cpu.CPU_KERNELS): ``native`` lets them pick by
     this CPU's vector ISA, so an AVX2 machine and an AVX512 one train different weights from the same config;
@@ -261,13 +260,6 @@ def prepare_stage_dir(sdir: str, key: str) -> None:
     if os.path.exists(marker):
         os.remove(marker)  # forced rerun: not complete until it finishes again
     write_json_atomic(started, {"key": key})
-
-
-def set_threads(n: int) -> None:
-    if "torch" in sys.modules or n:
-        import torch
-
-        torch.set_num_threads(max(1, n))
 
 
 def _manifest(config: ChainConfig, run_dir: str) -> dict[str, Any]:

@@ -105,7 +105,7 @@ class DRRNConfig:
     seed: int = 0
     """seed of the network, the task order, exploration and replay sampling"""
     threads: int = 1
-    """torch CPU threads"""
+    """torch CPU threads (no more than OMP_NUM_THREADS where it is set)"""
     checkpoint_every: int = 5
     """rounds between checkpoints (and after the last round)"""
     progress: bool = True

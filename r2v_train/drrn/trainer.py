@@ -36,6 +36,7 @@ from r2v_eval.stats import bootstrap_episodes, difference_bootstrap, episode_met
 from r2v_train.drrn.config import DRRNConfig
 from r2v_train.drrn.replay import Replay, td_batch, transitions
 from r2v_train.rl.plot import CURVE_PNG, plot_curve
+from r2v_train.runtime.cpu import set_threads
 
 CHECKPOINT, CURVE_JSON, SUMMARY = "checkpoint.pt", "curve.json", "summary.json"
 
@@ -69,7 +70,7 @@ class DRRNTrainer:
     def __init__(self, cfg: DRRNConfig, run_dir: str):
         self.cfg, self.run_dir = cfg, run_dir
         os.makedirs(run_dir, exist_ok=True)
-        torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads)
         self.tasks, self.benchmark = train_tasks(cfg)
         torch.manual_seed(cfg.seed)
         arch = DRRNArch(buckets=cfg.buckets, embed=cfg.embed, hidden=cfg.hidden, encoder=cfg.encoder,

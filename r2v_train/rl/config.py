@@ -99,7 +99,7 @@ class RLConfig:
     seed: int = 0
     """seed of the trainer, the start order and the rollout sampling"""
     threads: int = 2
-    """torch CPU threads"""
+    """torch CPU threads (no more than OMP_NUM_THREADS where it is set)"""
     max_wall_min: float = 0.0
     """stop training (checkpointed, evaluated) once this many minutes of training have passed; 0: no limit"""
     router: bool = True

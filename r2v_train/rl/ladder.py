@@ -35,6 +35,7 @@ from r2v_train.rl.config import RLConfig
 from r2v_train.rl.curve import LearningCurve
 from r2v_train.rl.grpo import episode_trainer
 from r2v_train.rl.rollouts import GroupCollector, training_starts
+from r2v_train.runtime.cpu import set_threads
 
 SCRIPTED = "R2V/Scripted-v0"
 
@@ -179,11 +180,10 @@ class LadderArgs:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import torch
     import tyro
 
     args = tyro.cli(LadderArgs, args=argv)
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     over = {k: v for k, v in (("learning_rate", args.learning_rate), ("max_episode_steps", args.max_episode_steps),
                               ("reward", args.reward)) if v}
     if args.rung == "rung0":

@@ -34,7 +34,7 @@ from typing import Any
 
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.provenance import git_revision, package_versions
-from r2v_train.chain.stages import ChainConfig, read_marker, run_stage, set_threads, stage_fns
+from r2v_train.chain.stages import ChainConfig, read_marker, run_stage, stage_fns
 from r2v_train.config import load_config
 from r2v_train.evaluation.agents import agents_from_run
 from r2v_train.evaluation.methods import EvalConfig, evaluate
@@ -43,6 +43,7 @@ from r2v_train.rl.compare import compare_runs, comparison_lines
 from r2v_train.rl.config import RLConfig
 from r2v_train.rl.grpo import train_grpo
 from r2v_train.run_dir import MANIFEST, eval_dir, pipeline_file, slm_model, stage_paths
+from r2v_train.runtime.cpu import set_threads
 
 RL_STAGES = ("rl", "router_data", "router", "evaluate")
 RESULTS = "results.json"
