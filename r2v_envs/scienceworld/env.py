@@ -1,5 +1,5 @@
 """R2V/ScienceWorld-v0: ScienceWorld's 30 task types of elementary-science experiments on the real engine (the
-``scienceworld`` wheel, a Scala simulator in a JVM; one JVM per env, see :mod:`r2v_envs.scienceworld.engine`).
+``scienceworld`` wheel, a Scala simulator in a JVM; one JVM per live env, see :mod:`r2v_envs.scienceworld.engine`).
 
 * Tasks: ``"<task type>/<variation>"`` (``"boil/21"``); the env's train/valid/test splits are ScienceWorld's own
   train/dev/test variations (:mod:`r2v_envs.scienceworld.tasks`); ``task_types=[...]`` keeps some types only.
@@ -37,7 +37,7 @@ from r2v_envs.scienceworld.actions import (
     present_actions,
     same_command,
 )
-from r2v_envs.scienceworld.engine import close_scienceworld, start_scienceworld
+from r2v_envs.scienceworld.engine import acquire_engine, release_engine
 from r2v_envs.scienceworld.gold import GoldCache
 from r2v_envs.scienceworld.tasks import TASK_TYPES, check_task_types, parse_task_id, split_ids
 
@@ -91,9 +91,9 @@ class ScienceWorldTextEnv(TextEnv):
         return split_ids(split, self.task_types)
 
     def engine(self) -> Any:
-        """This env's ``scienceworld.ScienceWorldEnv`` (its JVM starts on first use, ~2 s)."""
+        """This env's ``scienceworld.ScienceWorldEnv``: on first use, a closed env's engine or a new JVM (~2 s)."""
         if self._sw is None:
-            self._sw = start_scienceworld(self.java)
+            self._sw = acquire_engine(self.java)
         return self._sw
 
     def _check_type(self, task: str) -> None:
@@ -158,7 +158,7 @@ class ScienceWorldTextEnv(TextEnv):
     def close(self) -> None:
         if self._sw is not None:
             sw, self._sw = self._sw, None
-            close_scienceworld(sw)
+            release_engine(sw, self.java)
         super().close()
 
 

@@ -1,4 +1,4 @@
-"""R2V/ScienceWorld-v0 on the real scienceworld engine (a JVM per env).
+"""R2V/ScienceWorld-v0 on the real scienceworld engine (a JVM per live env).
 
 Needs the ``scienceworld`` wheel (``pip install 'r2v[scienceworld]'``) and Java (scripts/install.sh); without them
 the engine tests are skipped with that message. The tests share one env (one JVM, ~2 s to start) where they can and
@@ -170,6 +170,52 @@ def test_same_seed_same_bytes_in_two_processes_whatever_ran_before(tmp_path):
         assert outs[0][task][1]  # the expert won under the perturbations
     events = outs[0][tasks[0]][0][6::4]  # each step's info["perturbations"] (see TRACE)
     assert all(isinstance(e, list) for e in events) and any(events)  # the perturbations did fire
+
+
+def _expert_trace(env, task_id):
+    obs, info = env.reset(options={"task_id": task_id, "episode_index": 0})
+    trace = [obs, info["admissible_actions"]]
+    while info["expert_action"] is not None:
+        obs, r, term, trunc, info = env.step(info["expert_action"])
+        trace += [obs, r, info["admissible_actions"], info["perturbations"]]
+    return trace, info["won"]
+
+
+def _exited(proc, timeout_s: float) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+@needs_engine
+def test_a_closed_envs_jvm_serves_the_next_env_and_closes_when_idle(monkeypatch):
+    """A pipeline makes fresh envs for every runner pass: the next env takes a closed env's warm JVM (the same java
+    process) and plays what the first env played; a kept JVM closes after IDLE_SECONDS, or at close_idle_engines."""
+    sw_engine.close_idle_engines()
+    monkeypatch.setattr(sw_engine, "IDLE_SECONDS", 0.5)
+
+    def make():
+        return gym.make(ENV_ID, seed=3, split="test", perturbations="composite")
+
+    a = make()
+    first = _expert_trace(a, FIND)
+    jvm = a.unwrapped.engine()._gateway.java_process
+    a.close()
+    assert jvm.poll() is None  # kept for the next env
+    b = make()
+    assert _expert_trace(b, FIND) == first and first[1]
+    assert b.unwrapped.engine()._gateway.java_process is jvm
+    b.close()
+    assert _exited(jvm, 10)  # idle past IDLE_SECONDS: closed by the reaper
+    c = make()
+    c.reset(options={"task_id": SHORT})
+    other = c.unwrapped.engine()._gateway.java_process
+    assert other is not jvm
+    c.close()
+    sw_engine.close_idle_engines()
+    assert other.poll() is not None
 
 
 @pytest.mark.slow
