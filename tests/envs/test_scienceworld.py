@@ -176,7 +176,7 @@ def _expert_trace(env, task_id):
     obs, info = env.reset(options={"task_id": task_id, "episode_index": 0})
     trace = [obs, info["admissible_actions"]]
     while info["expert_action"] is not None:
-        obs, r, term, trunc, info = env.step(info["expert_action"])
+        obs, r, _, _, info = env.step(info["expert_action"])
         trace += [obs, r, info["admissible_actions"], info["perturbations"]]
     return trace, info["won"]
 
