@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.alfworld import generate
-from r2v_envs.alfworld.engine import AlfredEngine, expert_action
+from r2v_envs.alfworld.engine import expert_action, keep_engine, take_engine
 from r2v_envs.core import SPLITS, TextEnv, build_env
 from r2v_envs.errors import BackendUnavailableError, UnknownChoiceError
 
@@ -139,11 +139,11 @@ class ALFWorldEnv(TextEnv):
     def _load(self, task_id: str) -> Any:
         engine = self._engines.pop(task_id, None)
         if engine is None:
-            engine = AlfredEngine(str(self._gamefile(task_id)), expert=self.expert)
+            engine = take_engine(str(self._gamefile(task_id)), expert=self.expert)
         self._engines[task_id] = engine
         while len(self._engines) > _ENGINE_CACHE:
             _, old = self._engines.popitem(last=False)
-            old.close()
+            keep_engine(old)
         return engine
 
     # ------------------------------------------------------------------------------------- episodes
@@ -172,8 +172,8 @@ class ALFWorldEnv(TextEnv):
         return info
 
     def close(self) -> None:
-        while self._engines:
-            self._engines.popitem()[1].close()
+        while self._engines:  # the loaded games serve this process's next envs (r2v_envs.alfworld.engine)
+            keep_engine(self._engines.popitem(last=False)[1])
         super().close()
 
 

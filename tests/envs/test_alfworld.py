@@ -13,6 +13,7 @@ import gymnasium as gym
 import pytest
 
 import r2v_envs  # noqa: F401  (registers the envs)
+from r2v_envs.alfworld import engine as alfworld_engine
 from r2v_envs.alfworld import generate
 from r2v_envs.errors import InvalidActionError, UnknownChoiceError
 
@@ -107,14 +108,20 @@ def test_wrong_actions_fail_and_bad_input_gets_feedback(cache):
 
 
 @pytest.mark.slow
-def test_same_seed_same_trajectory_under_composite_perturbations(cache):
-    runs = []
-    for _ in range(2):
+def test_same_seed_same_trajectory_under_composite_perturbations(cache, monkeypatch):
+    """The second env takes the game the first one loaded (a closed env's engines serve the process's next envs,
+    r2v_envs.alfworld.engine); the third loads it afresh. All three play the same."""
+    runs, engines = [], []
+    for fresh in (True, False, True):
+        if fresh:
+            monkeypatch.setattr(alfworld_engine, "_kept", [])
         env = make(cache, split="test", perturbations="composite")
         info, _, actions, observations = play_expert(env, {"task_index": 1})
         runs.append((actions, observations, info["won"]))
+        engines.append(env.unwrapped._engine)
         env.close()
-    assert runs[0] == runs[1] and runs[0][2]
+    assert runs[0] == runs[1] == runs[2] and runs[0][2]
+    assert engines[1] is engines[0] and engines[2] is not engines[0]
     clean = make(cache, split="test")
     _, _, actions, observations = play_expert(clean, {"task_index": 1})
     assert actions == runs[0][0] and observations != runs[0][1]  # perturbations change only what is seen
