@@ -15,7 +15,7 @@ ENV_ID = "R2V/ScienceWorld-v0"
 TASKS = ["find-non-living-thing/225", "lifespan-longest-lived/93"]  # gold sequences of 7 and 4 actions
 
 
-@pytest.mark.slow  # a JVM per evaluated cell, ~25 s per agent at load average 10
+@pytest.mark.slow  # ScienceWorld JVMs (a closed env's is kept for the next cell), ~25 s per agent at load average 10
 @pytest.mark.skipif(not shutil.which("java"), reason="ScienceWorld needs Java (scripts/install.sh)")
 @pytest.mark.parametrize("agent", ["random", "expert"])
 def test_r2v_eval_reports(agent, tmp_path):
