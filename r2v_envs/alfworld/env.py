@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ SOURCES = ("auto", "offline", "alfworld")
 SPLIT_MODES = ("official", "r2v")
 # ALFWorld's data folders for the env's splits: train, seen (in distribution), unseen (out of distribution).
 OFFICIAL_SPLITS = {"train": "train", "valid": "valid_seen", "test": "valid_unseen"}
-_ENGINE_CACHE = 4  # games kept loaded per env (a reload re-runs the PDDL translator, ~0.1-1 s)
 
 
 def alfworld_data_dir(data_path: str | os.PathLike | None = None) -> Path | None:
@@ -105,8 +103,7 @@ class ALFWorldEnv(TextEnv):
         self.n_games, self.suite_seed, self.cache_dir = int(n_games), int(suite_seed), cache_dir
         self.expert = expert
         self._official: dict[str, Path] | None = None
-        self._engines: OrderedDict[str, Any] = OrderedDict()
-        self._engine: Any = None
+        self._engine: Any = None  # the loaded game played now; the others wait in the process's kept engines
         self._won = False
 
     # ----------------------------------------------------------------------------------------- tasks
@@ -137,14 +134,18 @@ class ALFWorldEnv(TextEnv):
         return generate.ensure_games([task_id], self.suite_seed, self.cache_dir, workers=1)[task_id]
 
     def _load(self, task_id: str) -> Any:
-        engine = self._engines.pop(task_id, None)
-        if engine is None:
-            engine = take_engine(str(self._gamefile(task_id)), expert=self.expert)
-        self._engines[task_id] = engine
-        while len(self._engines) > _ENGINE_CACHE:
-            _, old = self._engines.popitem(last=False)
-            keep_engine(old)
-        return engine
+        """The loaded game of ``task_id``: the one played now, one this process kept (r2v_envs.alfworld.engine), or a
+        new load (the PDDL translator, about 1.5 s)."""
+        gamefile = str(self._gamefile(task_id))
+        if self._engine is not None and self._engine.gamefile == gamefile:
+            return self._engine
+        self._release()
+        return take_engine(gamefile, expert=self.expert)
+
+    def _release(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            keep_engine(engine)
 
     # ------------------------------------------------------------------------------------- episodes
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
@@ -172,8 +173,7 @@ class ALFWorldEnv(TextEnv):
         return info
 
     def close(self) -> None:
-        while self._engines:  # the loaded games serve this process's next envs (r2v_envs.alfworld.engine)
-            keep_engine(self._engines.popitem(last=False)[1])
+        self._release()  # its loaded game serves this process's next envs (r2v_envs.alfworld.engine)
         super().close()
 
 
