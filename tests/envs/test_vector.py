@@ -17,6 +17,7 @@ from gymnasium.utils.env_checker import check_env
 
 import r2v_envs
 from r2v_envs.core import TextSpace
+from r2v_envs.scienceworld.engine import close_idle_engines
 
 pytestmark = pytest.mark.timeout(300)
 SEEDS = [3, 4]
@@ -159,8 +160,6 @@ def test_make_vec_sync_equals_async(env_id, alfworld_cache):
     # process's next envs, r2v_envs.scienceworld.engine; closing those leaves nothing)
     assert workers and not any(_alive(p) for p in workers)
     if env_id == "R2V/ScienceWorld-v0":
-        from r2v_envs.scienceworld.engine import close_idle_engines
-
         close_idle_engines()
     assert not [p for p in _children() - before if _alive(p)]
 
