@@ -110,6 +110,7 @@ def write_cell(d: Path, rng, pool, tasks, seeds, method, max_steps, env="R2V/Tex
 def synthetic_pipeline(out: Path, pool, args: Args) -> Path:
     from r2v_eval.stats import pareto_front
     from r2v_eval.cells import sr_metrics
+    from r2v_eval.results import cell_entry
     from r2v_train.evaluation.report import write_report
 
     rng = np.random.default_rng(args.seed)
@@ -118,20 +119,20 @@ def synthetic_pipeline(out: Path, pool, args: Args) -> Path:
     ev = out / "eval"
     res = {"config": {"env_id": "R2V/TextWorld-v0", "split": "test", "seeds": [0, 1], "bootstrap": 1000,
                       "bootstrap_seed": 0, "per_type_seeds": [0]}, "methods": list(METHODS),
-           "main_condition": "composite", "conditions": {}, "runs": {}}
+           "main_condition": "composite", "cells": []}
+    main = {}
     for cond, seeds in conds.items():
-        res["conditions"][cond], res["runs"][cond] = {}, {}
         for m in METHODS:
-            write_cell(ev / "runs" / cond / m, rng, pool, tasks, seeds, m, args.max_steps)
-            res["conditions"][cond][m] = sr_metrics(ev / "runs" / cond / m)
-            res["runs"][cond][m] = f"runs/{cond}/{m}"
-    res["sweeps"] = {"heuristic": []}
+            d = ev / "runs" / cond / m
+            write_cell(d, rng, pool, tasks, seeds, m, args.max_steps)
+            res["cells"].append(cell_entry(ev, d, "R2V/TextWorld-v0", cond, m, sr_metrics(d)))
+            if cond == "composite":
+                main[m] = res["cells"][-1]
     for tau in (0.1, 0.2, 0.3):
         d = ev / "runs" / "composite" / f"heuristic@{tau:g}"
         write_cell(d, rng, pool, tasks, (0, 1), f"heuristic@{tau:g}", args.max_steps)
-        res["sweeps"]["heuristic"].append({"threshold": tau, "run": f"runs/composite/heuristic@{tau:g}",
-                                           **sr_metrics(d)})
-    main = res["conditions"]["composite"]
+        res["cells"].append(cell_entry(ev, d, "R2V/TextWorld-v0", "composite", f"heuristic@{tau:g}", sr_metrics(d),
+                                       sweep="heuristic", threshold=tau))
     res["pareto"] = pareto_front({m: (c["llm_pct"], c["sr"]) for m, c in main.items() if m != "oracle"})
     (ev / "results.json").write_text(json.dumps(res))
     write_report(out)

@@ -33,7 +33,7 @@ from r2v_envs.perturbations.composite import parse_perturbations
 from r2v_envs.provenance import git_revision, package_versions
 from r2v_envs.resolve import check_url, env_task_ids, is_url, served_info
 from r2v_eval.cells import run_cell
-from r2v_eval.robustness import env_slug
+from r2v_eval.results import env_slug
 
 PERTURBATION_SETTINGS = ("none", "flaky", "partial", "distractor", "injection", "composite")
 MANIFEST = "manifest.json"

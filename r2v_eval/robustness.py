@@ -41,15 +41,11 @@ import numpy as np
 from r2v_agents.grounding import GROUNDING_KINDS, is_invalid
 from r2v_agents.shards import load_rows
 from r2v_eval.cells import cell_episodes, failed_request_retries, outcomes, paired, scored, sr_metrics
+from r2v_eval.results import cell_entry, env_slug
 
 CLEAN = "none"
 NON_EXACT = frozenset(GROUNDING_KINDS) - {"exact"}
 """Grounding kinds where the model did not name an action exactly (``likelihood`` choices name one by design)."""
-
-
-def env_slug(env_id: str) -> str:
-    """An env id as a directory name (``R2V/TextWorld-v0`` -> ``R2V_TextWorld-v0``)."""
-    return env_id.replace("/", "_").replace(":", "_")
 
 
 def _step_meta(episodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
@@ -164,8 +160,11 @@ def cells_of(out_dir: str | os.PathLike) -> list[tuple[str, str, Path]]:
 
 
 def summarise(out_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """``results.json`` of an evaluation directory: the manifest, every cell's metrics and its drop vs clean."""
+    """``results.json`` of an evaluation directory (:mod:`r2v_eval.results`' schema): the manifest, every cell's
+    metrics and its drop vs clean."""
     out = Path(out_dir)
+    manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+    agent = (manifest.get("agent") or {}).get("name", "")
     cells = []
     for env, setting, cdir in cells_of(out):
         m = cell_metrics(cdir, n_boot, seed)
@@ -174,8 +173,7 @@ def summarise(out_dir: str | os.PathLike, n_boot: int = 1000, seed: int = 0) -> 
         if setting != CLEAN and clean.is_dir():
             d = paired_drop(outcomes(clean), outcomes(cdir), n_boot, seed)
             m["drop_vs_clean"] = d and {"episodes": d["episodes"], "drop": d["sr_diff"], "drop_ci": d["sr_diff_ci"]}
-        cells.append({"env": env, "perturbation": setting, "run_dir": os.path.relpath(cdir, out), **m})
-    manifest = json.loads((out / "manifest.json").read_text()) if (out / "manifest.json").exists() else {}
+        cells.append(cell_entry(out, cdir, env, setting, agent, m))
     return {"agent": manifest.get("agent"), "grid": manifest.get("grid"), "bootstrap": n_boot,
             "bootstrap_seed": seed, "cells": cells}
 

@@ -31,6 +31,7 @@ from r2v_envs.resolve import require_server_stack
 from r2v_envs.serving.config import ServeConfig
 from r2v_envs.textworld.generate import cache_root, pregenerate
 from r2v_eval.cli import main as eval_main
+from r2v_eval.results import main_table
 from r2v_eval.stats import with_ci
 from r2v_eval.view import main as view_main
 from r2v_train import run_dir as paths
@@ -129,7 +130,7 @@ def evaluate_run(args: RunDirArgs) -> None:
     cfg = load_config(args.config)
     _use_chain_threads(cfg)
     r = evaluate(agents_from_run(cfg.chain, args.run_dir), cfg.evaluate, paths.eval_dir(args.run_dir))
-    print(methods_table(r["conditions"][r["main_condition"]]))
+    print(methods_table(main_table(r)))
 
 
 def report(args: RunDirArgs) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
+from r2v_eval.results import main_table
 from r2v_eval.stats import with_ci
 from r2v_train.chain.collect import make_teacher
 from r2v_train.chain.stages import run_chain
@@ -104,10 +105,10 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[str, A
     if baseline is not None:
         extra[f"SLM-only before training ({cfg.baseline_slm})"] = (
             f"SR {with_ci(baseline['sr'], baseline['sr_ci'])} over "
-            f"{baseline['episodes']} episodes (trained SLM-only: SR {results['conditions'][results['main_condition']]['slm']['sr']:.1f})")
+            f"{baseline['episodes']} episodes (trained SLM-only: SR {main_table(results)['slm']['sr']:.1f})")
     report = write_report(run_dir, extra=extra)
     summary = {"config": jsonable(dataclasses.asdict(cfg)), "timings_s": timings, "run": extra, "report": str(report),
-               "main": results["conditions"][results["main_condition"]],
+               "main": main_table(results),
                "paired": results.get("paired") or {},
                "calibration": {k: {"ece": v["ece"], "brier": v["brier"]}
                                for k, v in (results.get("calibration") or {}).items()}}
@@ -124,7 +125,7 @@ def evaluate_baseline(cfg: PipelineConfig, run_dir: str | os.PathLike) -> dict[s
                     teacher=lambda: make_teacher(chain.teacher, chain.env.env_id))
     ev = dataclasses.replace(cfg.evaluate, methods=("slm",), per_type=(), heuristic_sweep=(), entropy_sweep=())
     res = evaluate(agents, ev, baseline_eval_dir(run_dir))
-    return res["conditions"][res["main_condition"]]["slm"]
+    return main_table(res)["slm"]
 
 
 def run_study(cfg: PipelineConfig, run_dir: str | os.PathLike, timings: dict[str, float] | None = None) -> None:

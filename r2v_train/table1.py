@@ -27,9 +27,10 @@ from typing import Any
 
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import atomic_write, write_json_atomic
+from r2v_eval.results import main_table
 from r2v_eval.stats import md_table, with_ci
 from r2v_train.config import CONFIG_DIR, load_config
-from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
+from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results
 from r2v_train.pipeline import run_pipeline
 from r2v_train.run_dir import eval_dir, pipeline_file, results_file
 from r2v_train.runtime.narrate import say
@@ -131,9 +132,9 @@ def collect(run_dir: str | os.PathLike, benchmarks: Sequence[str]) -> dict[str, 
         entry: dict[str, Any] = {"run_dir": str(sub), "paper": {m: {"sr": v[0], "llm_pct": v[1]}
                                                                 for m, v in PAPER_TABLE1.get(b, {}).items()}}
         if finished(sub):
-            res = json.loads(results_file(eval_dir(sub)).read_text())
+            res = load_results(eval_dir(sub))
             pipe = json.loads(pipeline_file(sub).read_text())
-            cells = res["conditions"][res["main_condition"]]
+            cells = main_table(res)
             entry.update(status="done", condition=res["main_condition"], methods=cells,
                          calibration={k: {"ece": v["ece"], "brier": v["brier"]}
                                       for k, v in (res.get("calibration") or {}).items()},

@@ -1,17 +1,18 @@
 """What a run directory holds, read into the viewer's index: its kind, summary table, plots, manifest and episodes.
 
-Three layouts are recognised (:func:`detect`):
+Every evaluation writes one ``results.json`` schema (:mod:`r2v_eval.results`: cells keyed by env, perturbation and
+agent, each naming its runner directory), so the viewer reads every run's cells the same way. Kinds
+(:func:`detect`) differ only in the summary they show:
 
-* ``eval``: an ``r2v eval`` directory (``manifest.json`` with a grid, ``results.json`` with ``cells``, one runner
-  directory per (benchmark, perturbation) cell under ``runs/<env>/<setting>`` with its ``retry-<k>`` passes);
-* ``pipeline``: an ``r2v pipeline`` run (``eval/results.json`` with ``conditions`` x ``methods``, runner
-  directories under ``eval/runs/<condition>/<method>``, ``report.md`` and its PNGs at the top), or its ``eval/``
-  directory alone;
+* ``eval``: an ``r2v eval`` directory (one agent over envs x perturbations: the robustness table);
+* ``pipeline``: an ``r2v pipeline`` or ``r2v rl`` run (methods x conditions of one env: Table 1, the per-type
+  tables and the threshold sweeps; ``report.md`` and its PNGs at the top), or its ``eval/`` directory alone;
 * ``runner``: a bare runner directory (``run.json`` and the shards).
 
-Every number in the summary comes from the run's own ``results.json`` (computed from its shards by
-:mod:`r2v_eval.robustness` or the pipeline's evaluation); the episode list comes from the episode shards, the last
-attempt of an episode winning (:func:`r2v_eval.cells.cell_episodes`).
+An evaluation still running has no ``results.json`` yet: its cells are the runner directories there are
+(``runs/<env>/<setting>`` or ``runs/<condition>/<method>``). Every number in the summary comes from the run's own
+``results.json``; the episode list comes from the episode shards, the last attempt of an episode winning
+(:func:`r2v_eval.cells.cell_episodes`).
 
 Example:
     >>> fmt_num(41.234), fmt_ci([41.234, 60.0]), fmt_num(None)
@@ -31,6 +32,7 @@ from typing import Any
 from r2v_agents.runner import RUN_FILE
 from r2v_agents.shards import shard_files
 from r2v_eval.cells import cell_episodes, failure_kind
+from r2v_eval.results import by_setting, cells, settings, sweeps
 from r2v_eval.robustness import cells_of
 from r2v_eval.stats import fmt_ci, fmt_num
 
@@ -66,7 +68,7 @@ def detect(run_dir: str | os.PathLike) -> tuple[str, Path]:
     if (d / "eval" / "results.json").is_file() or (d / "eval" / "runs").is_dir():
         return "pipeline", d / "eval"
     res = _json(d / "results.json") or {}
-    if "conditions" in res and "methods" in res:
+    if "main_condition" in res:
         return "pipeline", d
     if "cells" in res or (d / "manifest.json").is_file() and (d / "runs").is_dir():
         return "eval", d
@@ -77,34 +79,30 @@ def detect(run_dir: str | os.PathLike) -> tuple[str, Path]:
 
 
 def list_cells(kind: str, eval_dir: Path) -> list[Cell]:
-    """The runner directories of a run, in report order."""
-    if kind == "eval":
-        return [Cell(env, setting, "", cdir) for env, setting, cdir in cells_of(eval_dir)]
+    """The runner directories of a run, in report order (:func:`report_order`)."""
     if kind == "runner":
         setting = (_json(eval_dir / RUN_FILE) or {}).get("setting", {})
         return [Cell(setting.get("env_id", ""), _condition_name(setting.get("env_kwargs", {})),
                      setting.get("policy", ""), eval_dir)]
-    res = _json(eval_dir / "results.json") or {}
-    runs: dict[str, dict[str, str]] = res.get("runs") or {}
-    if not runs:  # an evaluation still running: whatever directories exist
-        runs = {c.name: {m.name: str(m.relative_to(eval_dir)) for m in sorted(c.iterdir()) if m.is_dir()}
-                for c in sorted((eval_dir / "runs").glob("*")) if c.is_dir()}
-    env = (res.get("config") or {}).get("env_id", "")
-    order = {m: i for i, m in enumerate(res.get("methods") or [])}  # results.json's keys are sorted: Table 1's order
-    conds = conditions(res) or list(runs)
-    cells = [Cell(env, cond, method, eval_dir / runs[cond][method]) for cond in conds if cond in runs
-             for method in sorted(runs[cond], key=lambda m: (order.get(m, len(order)), m))]
-    for method, sweep in (res.get("sweeps") or {}).items():
-        main = res.get("main_condition", "")
-        cells += [Cell(env, main, f"{method}@{row['threshold']:g}", eval_dir / row["run"]) for row in sweep]
-    return cells
+    res = _json(eval_dir / "results.json")
+    if res is not None:
+        return [Cell(c["env"], c["perturbation"], c.get("agent", ""), eval_dir / c["run_dir"])
+                for c in report_order(res)]
+    if kind == "eval":  # still running: the cells there are
+        return [Cell(env, setting, "", cdir) for env, setting, cdir in cells_of(eval_dir)]
+    return [Cell("", c.name, m.name, m) for c in sorted((eval_dir / "runs").glob("*")) if c.is_dir()
+            for m in sorted(c.iterdir()) if m.is_dir()]
 
 
-def conditions(res: Mapping[str, Any]) -> list[str]:
-    """A pipeline's conditions, the main one first (results.json's keys are sorted)."""
-    main = res.get("main_condition")
-    conds = list(res.get("conditions") or {})
-    return ([main] if main in conds else []) + [c for c in conds if c != main]
+def report_order(res: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cells of a results file as its report lists them: an ``r2v eval``'s in the file's (manifest) order; a
+    pipeline's by condition (the main one first), its methods in Table 1's order, then the threshold sweeps."""
+    if "main_condition" not in res:
+        return cells(res)
+    conds = {s: i for i, s in enumerate(settings(res))}
+    methods = {m: i for i, m in enumerate(res.get("methods") or [])}
+    return sorted(cells(res), key=lambda c: (1, c["sweep"], c["threshold"]) if "sweep" in c else
+                  (0, conds[c["perturbation"]], methods.get(c["agent"], len(methods)), c["agent"]))
 
 
 def _condition_name(env_kwargs: Mapping[str, Any]) -> str:
@@ -148,7 +146,7 @@ def _eval_table(res: Mapping[str, Any]) -> dict[str, Any]:
     head = ["benchmark", "perturbation", "episodes", "SR (%)", "SR 95% CI", "drop (points)", "drop 95% CI",
             "pass^k (k=1..n)", "worst seed SR", "steps", "not run", "retries"]
     rows = []
-    for c in res["cells"]:
+    for c in cells(res):
         d = c.get("drop_vs_clean")
         pk = " / ".join(fmt_num(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c.get("pass_k") else "-"
         worst = "-" if not c.get("worst_seed") else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
@@ -167,14 +165,14 @@ def _pipeline_tables(res: Mapping[str, Any]) -> list[dict[str, Any]]:
     def row(name: str, c: Mapping[str, Any]) -> list[str]:
         return [name, fmt_num(c["sr"]), fmt_ci(c["sr_ci"]), fmt_num(c["llm_pct"]), fmt_ci(c["llm_pct_ci"]), str(c["episodes"])]
 
-    tables = []
-    for cond in conditions(res):
-        cells = res["conditions"][cond]
-        order = [m for m in res.get("methods", []) if m in cells] + [m for m in cells if m not in res["methods"]]
+    tables, table = [], by_setting(res)
+    for cond in settings(res):
+        agents = table.get(cond, {})
+        order = [m for m in res.get("methods", []) if m in agents] + [m for m in agents if m not in res["methods"]]
         main = " (Table 1)" if cond == res.get("main_condition") else ""
         tables.append({"title": f"Methods under `{cond}` perturbations{main}", "columns": head,
-                       "rows": [row(m, cells[m]) for m in order], "condition": cond})
-    for method, sweep in (res.get("sweeps") or {}).items():
+                       "rows": [row(m, agents[m]) for m in order], "condition": cond})
+    for method, sweep in sweeps(res).items():
         tables.append({"title": f"{method} router across thresholds", "columns": ["threshold", *head[1:]],
                        "rows": [row(f"{r['threshold']:g}", r) for r in sweep]})
     return tables

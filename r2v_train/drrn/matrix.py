@@ -35,7 +35,8 @@ from r2v_agents.drrn import load_drrn, trained_policy
 from r2v_eval.agents import AgentOptions, build_agent
 from r2v_eval.cells import sr_metrics
 from r2v_eval.grid import GridConfig, cell_dir, run_grid
-from r2v_eval.robustness import compare, env_slug
+from r2v_eval.results import env_slug
+from r2v_eval.robustness import compare
 from r2v_eval.robustness_report import write_report
 from r2v_eval.stats import fmt_ci, fmt_num, md_table
 from r2v_envs.errors import UnknownChoiceError

@@ -53,7 +53,9 @@ from r2v_agents.runner import RunConfig
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import jsonable, write_json_atomic
 from r2v_envs.resolve import env_task_ids
-from r2v_eval.cells import outcomes, paired, run_cell, sr_metrics
+from r2v_eval.cells import outcomes, paired, run_cell
+from r2v_eval.results import cell_entry, main_table, sweeps, upgrade
+from r2v_eval.robustness import cell_metrics
 from r2v_eval.stats import fmt_ci, md_table, pareto_front
 from r2v_train.router import calibration
 from r2v_train.router.data import RouterData
@@ -265,10 +267,13 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
 
     out = Path(out_dir)
     routers = build_routers(agents, cfg)
+    main_cond = next(iter(cfg.conditions()))
     results: dict[str, Any] = {"config": jsonable(asdict(cfg)), "methods": list(cfg.methods),
-                               "main_condition": next(iter(cfg.conditions())), "conditions": {}, "runs": {}}
+                               "main_condition": main_cond, "cells": []}
+    main: dict[str, dict[str, Any]] = {}  # Table 1's cells, in the order of cfg.methods
+    main_dirs: dict[str, str] = {}
     for cond, spec in cfg.conditions().items():
-        cells, dirs = {}, {}
+        dirs: dict[str, str] = {}
         for method in cfg.methods:
             if method == "r2v" and "r2v" not in routers:
                 continue  # no trained router: the table shows the baselines only
@@ -277,22 +282,20 @@ def evaluate(agents: Agents, cfg: EvalConfig, out_dir: str | os.PathLike) -> dic
             run_dir = cell_dir(out, cond, method)
             policy = make_policy(method, agents, routers, dirs.get("slm"), cfg)
             dirs[method] = run_method(policy, method, cfg, spec, run_dir, cfg.seeds_for(cond))
-            cells[method] = sr_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
-        results["conditions"][cond] = cells
-        results["runs"][cond] = {m: os.path.relpath(d, out) for m, d in dirs.items()}
-    main_dirs = results["runs"][results["main_condition"]]
+            metrics = cell_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)
+            results["cells"].append(cell_entry(out, run_dir, cfg.env_id, cond, method, metrics))
+            if cond == main_cond:
+                main[method], main_dirs[method] = metrics, dirs[method]
     results["methods"] = [m for m in cfg.methods if m in main_dirs]  # those evaluated (r2v needs a router, ...)
     if "r2v" in main_dirs:  # R2V against each other method on the same episodes
-        r2v = outcomes(out / main_dirs["r2v"])
-        results["paired"] = {m: paired(r2v, outcomes(out / d), cfg.bootstrap, cfg.bootstrap_seed)
+        r2v = outcomes(main_dirs["r2v"])
+        results["paired"] = {m: paired(r2v, outcomes(d), cfg.bootstrap, cfg.bootstrap_seed)
                              for m, d in main_dirs.items() if m != "r2v"}
-    sweeps = {m: taus for m, taus in (("heuristic", cfg.heuristic_sweep), ("entropy", cfg.entropy_sweep))
-              if taus and m in cfg.methods}
-    if sweeps:
-        results["sweeps"] = {m: threshold_sweep(agents, routers, cfg, out, m, taus) for m, taus in sweeps.items()}
+    for m, taus in (("heuristic", cfg.heuristic_sweep), ("entropy", cfg.entropy_sweep)):
+        if taus and m in cfg.methods:
+            results["cells"] += threshold_sweep(agents, routers, cfg, out, m, taus)
     if agents.valid_router_dir is not None:
         results["calibration"] = router_calibration(routers, agents.valid_router_dir)
-    main = results["conditions"][results["main_condition"]]
     results["pareto"] = pareto_front({m: (c["llm_pct"], c["sr"]) for m, c in main.items() if m != "oracle"})
     write_json_atomic(out / RESULTS_FILE, results)
     return results
@@ -304,17 +307,20 @@ SWEPT_ROUTERS = {"heuristic": HeuristicRouter, "entropy": EntropyRouter}
 def threshold_sweep(agents: Agents, routers: Mapping[str, Any], cfg: EvalConfig, out: Path, method: str,
                     taus: Sequence[float]) -> list[dict[str, Any]]:
     """Baseline router ``method`` (heuristic or entropy) at each threshold ``taus`` under the main condition: one
-    runner directory per threshold (``runs/<condition>/<method>@<tau>``), rows sorted by threshold."""
+    runner directory per threshold (``runs/<condition>/<method>@<tau>``), one cell each (agent ``<method>@<tau>``,
+    with ``sweep`` and ``threshold``), sorted by threshold."""
 
     cond, spec = next(iter(cfg.conditions().items()))
-    rows = []
+    cells = []
     for tau in sorted(set(taus)):
         swept = {**routers, method: SWEPT_ROUTERS[method](tau)}
-        run_dir = cell_dir(out, cond, f"{method}@{tau:g}")
-        run_method(make_policy(method, agents, swept, None, cfg), f"{method}@{tau:g}", cfg, spec, run_dir)
-        rows.append({"threshold": tau, "run": os.path.relpath(run_dir, out),
-                     **sr_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed)})
-    return rows
+        name = f"{method}@{tau:g}"
+        run_dir = cell_dir(out, cond, name)
+        run_method(make_policy(method, agents, swept, None, cfg), name, cfg, spec, run_dir)
+        cells.append(cell_entry(out, run_dir, cfg.env_id, cond, name,
+                                cell_metrics(run_dir, cfg.bootstrap, cfg.bootstrap_seed), sweep=method,
+                                threshold=tau))
+    return cells
 
 
 def cheapest_within(points: Sequence[Any], sr: float, slack: float, cell: Callable[[Any], Mapping[str, Any]] = dict
@@ -336,28 +342,31 @@ def matched_reliability(results: Mapping[str, Any], method: str = "r2v", slack: 
     ``method``'s, with both LLM% values; None without a sweep or when no baseline point gets that close.
 
     Example:
-        >>> cell = lambda sr, llm: {"sr": sr, "llm_pct": llm}  # noqa: E731
-        >>> res = {"main_condition": "c", "conditions": {"c": {"r2v": cell(99.0, 40.0), "heuristic": cell(90.0, 30.0)}},
-        ...        "sweeps": {"heuristic": [dict(cell(97.5, 70.0), threshold=0.2), dict(cell(99.0, 85.0), threshold=0.1)]}}
+        >>> cell = lambda agent, sr, llm, **kw: {"perturbation": "c", "agent": agent, "sr": sr, "llm_pct": llm,  # noqa: E731
+        ...                                      "run_dir": f"runs/c/{agent}", **kw}
+        >>> res = {"main_condition": "c", "cells": [cell("r2v", 99.0, 40.0), cell("heuristic", 90.0, 30.0),
+        ...        cell("heuristic@0.2", 97.5, 70.0, sweep="heuristic", threshold=0.2),
+        ...        cell("heuristic@0.1", 99.0, 85.0, sweep="heuristic", threshold=0.1)]}
         >>> matched_reliability(res)["baseline_llm_pct"], matched_reliability(res)["threshold"]
         (70.0, 0.2)
     """
-    cells = results["conditions"][results["main_condition"]]
-    sweep = (results.get("sweeps") or {}).get(baseline)
+    cells = main_table(results)
+    sweep = sweeps(results).get(baseline)
     if not sweep or method not in cells or baseline not in cells:
         return None
-    points = [dict(c, threshold=c.get("threshold", "fitted")) for c in [cells[baseline], *sweep]]
+    points = [{**cells[baseline], "threshold": "fitted"}, *sweep]
     best = cheapest_within(points, cells[method]["sr"], slack)
     if best is None:
         return None
     return {"method_sr": cells[method]["sr"], "method_llm_pct": cells[method]["llm_pct"], "baseline_sr": best["sr"],
             "baseline_llm_pct": best["llm_pct"], "threshold": best["threshold"], "slack": slack,
-            "baseline": baseline, "run": best.get("run")}
+            "baseline": baseline, "run": best["run_dir"]}
 
 
 def load_results(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """The evaluation's ``results.json`` in the cells schema (an older file upgraded, :mod:`r2v_eval.results`)."""
     with open(Path(out_dir) / RESULTS_FILE) as fh:
-        return json.load(fh)
+        return dict(upgrade(json.load(fh)))
 
 
 def methods_table(cells: Mapping[str, Mapping[str, Any]], order: Sequence[str] = METHODS,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from r2v_envs.fileio import atomic_write
+from r2v_eval.results import by_setting, main_table, sweeps
 from r2v_eval.stats import fmt_ci, md_table, with_ci
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
 from r2v_train.evaluation.study import BASELINES
@@ -148,7 +149,7 @@ def _pyplot():
 def plot_pareto(results: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Figure 3: SR vs LLM% of the main condition's methods with CI bars and the Pareto frontier."""
     plt = _pyplot()
-    cells = results["conditions"][results["main_condition"]]
+    cells = main_table(results)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for m, c in cells.items():
         x, y = c["llm_pct"], c["sr"]
@@ -159,7 +160,7 @@ def plot_pareto(results: Mapping[str, Any], path: str | os.PathLike) -> None:
         hollow = m == "oracle"
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, mfc="none" if hollow else None,
                     label=METHOD_LABELS.get(m, m))
-    for name, sweep in (results.get("sweeps") or {}).items():
+    for name, sweep in sweeps(results).items():
         sweep = sorted(sweep, key=lambda c: c["llm_pct"])
         ax.plot([c["llm_pct"] for c in sweep], [c["sr"] for c in sweep], "x:" if name == "heuristic" else "+:",
                 color="grey" if name == "heuristic" else "tan", lw=1, label=f"{name}, other thresholds")
@@ -234,7 +235,7 @@ def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | Non
         extra = json.loads(pipeline_file(run_dir).read_text()).get("run")
     results = load_results(evaluation or eval_dir(run_dir))
     main = results["main_condition"]
-    cells = results["conditions"][main]
+    cells = main_table(results)
     parts = ["# R2V run report", "",
              f"Environment `{results['config']['env_id']}`, split `{results['config']['split']}`, seeds "
              f"{results['config']['seeds']}; numbers from `eval/{'results.json'}` (runner shards under `eval/runs/`).",
@@ -251,11 +252,11 @@ def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | Non
     if results.get("paired"):
         parts += ["R2V against each method on the same episodes (paired bootstrap; a CI that excludes 0 is a "
                   "difference at the 95% level):", "", paired_table(results["paired"]), ""]
-    if len(results["conditions"]) > 1:
+    if len(conditions := by_setting(results)) > 1:
         seeds = results["config"].get("per_type_seeds") or results["config"]["seeds"]
         parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",
-                  per_type_table(results["conditions"], results["methods"]), ""]
-    for name, sweep in (results.get("sweeps") or {}).items():
+                  per_type_table(conditions, results["methods"]), ""]
+    for name, sweep in sweeps(results).items():
         parts += [f"## {name.capitalize()} router across thresholds", ""]
         parts += md_table(["threshold", "SR (%)", "SR 95% CI", "LLM%", "LLM% 95% CI", "episodes"],
                           [[f"{c['threshold']:g}", f"{c['sr']:.1f}", fmt_ci(c["sr_ci"]), f"{c['llm_pct']:.1f}",

@@ -38,6 +38,7 @@ from r2v_agents.routers import EntropyRouter, HeuristicRouter, MLPRouter, Router
 from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.cells import outcomes, paired, sr_metrics
+from r2v_eval.results import by_setting
 from r2v_train.chain.stages import STAGES, run_chain
 from r2v_train.evaluation.methods import (
     Agents,
@@ -125,6 +126,11 @@ class StudyConfig:
         return bool(self.variants) or self.counterfactual.oracle or self.repeats.n > 1
 
 
+def _runs(results: Mapping[str, Any], cond: str) -> dict[str, str]:
+    """``method -> runner directory`` (relative to the evaluation) of a condition's cells, sweeps left out."""
+    return {m: c["run_dir"] for m, c in by_setting(results)[cond].items()}
+
+
 def _paired(out: Path, run_dir: Path, runs: Mapping[str, str], cfg: EvalConfig) -> dict[str, Any]:
     a = outcomes(run_dir)
     return {m: paired(a, outcomes(out / runs[m]), cfg.bootstrap, cfg.bootstrap_seed)
@@ -136,9 +142,8 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
     """Train and evaluate the named router settings and the counterfactual oracle; writes ``eval/variants.json``."""
     run_dir, out = Path(run_dir), Path(eval_dir)
     p = stage_paths(run_dir)
-    results = load_results(out)
     cond, spec = next(iter(ev.conditions().items()))
-    runs = results["runs"][cond]
+    runs = _runs(load_results(out), cond)
     progress = ev.progress
     cf_dirs = {part: os.fspath(counterfactual_dir(run_dir, part)) for part in ("train", "valid", "test")}
     cf_summary: dict[str, Any] = {}
@@ -218,7 +223,7 @@ def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, override
     ``matched``, also against the baselines matched to its validation recall: :func:`matched_baselines`)."""
     p = stage_paths(run_dir)
     cond, spec = next(iter(ev.conditions().items()))
-    runs = load_results(out)["runs"][cond]
+    runs = _runs(load_results(out), cond)
     say(f"router setting {name}: {overrides or 'the chain router config'}")
     path, metrics = train_variant(name, overrides, chain.router, p["router_data_train"], p["router_data_valid"],
                                   variant_router_dir(run_dir, name), cf_dirs)
@@ -267,7 +272,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
     run_dir = Path(run_dir)
     main = load_results(eval_dir(run_dir))
     cond = main["main_condition"]
-    cells = {m: [c] for m, c in main["conditions"][cond].items()}
+    cells = {m: [c] for m, c in by_setting(main)[cond].items()}
     paired: dict[str, list[Any]] = {}
     per_repeat = [{"dir": ".", "seeds": _seeds(chain)}]
     ev_main = dataclasses.replace(ev, per_type=(), heuristic_sweep=(), entropy_sweep=())
@@ -301,9 +306,9 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
             link = cell_dir(eval_dir(rep), cond, m)
             if not link.exists():
                 link.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(os.path.relpath(eval_dir(run_dir) / main["runs"][cond][m], link.parent), link)
+                os.symlink(os.path.relpath(eval_dir(run_dir) / _runs(main, cond)[m], link.parent), link)
         r = evaluate(agents_for(c, rep), ev_main, eval_dir(rep))
-        for m, cell in r["conditions"][cond].items():
+        for m, cell in by_setting(r)[cond].items():
             cells.setdefault(m, []).append(cell)
         variants(c, rep)
         per_repeat.append({"dir": os.path.relpath(rep, run_dir), "seeds": _seeds(c)})

@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from r2v_eval.cells import outcomes, paired
+from r2v_eval.results import by_setting
 from r2v_eval.stats import with_ci
 from r2v_train.run_dir import cell_dir, results_file
 
@@ -31,14 +31,14 @@ def compare_runs(rl_eval: str | os.PathLike, source_eval: str | os.PathLike, n_b
                  seed: int = 0) -> dict[str, dict[str, Any]]:
     """``{condition: {method: {"rl": cell, "source": cell, "paired": diff}}}`` for every cell both evaluations
     have (cells of the source that the RL run did not evaluate, or the reverse, are left out)."""
-    rl = json.loads(results_file(rl_eval).read_text())
+    rl = by_setting(json.loads(results_file(rl_eval).read_text()))
     src_path = results_file(source_eval)
-    src = json.loads(src_path.read_text()) if Path(src_path).exists() else {"conditions": {}}
+    src = by_setting(json.loads(src_path.read_text())) if src_path.exists() else {}
     out: dict[str, dict[str, Any]] = {}
-    for cond, cells in rl["conditions"].items():
+    for cond, cells in rl.items():
         for method, cell in cells.items():
-            base = src["conditions"].get(cond, {}).get(method)
-            if base is None or "@" in method:
+            base = src.get(cond, {}).get(method)
+            if base is None:
                 continue
             a = outcomes(cell_dir(rl_eval, cond, method))
             b = outcomes(cell_dir(source_eval, cond, method))

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from r2v_agents.shards import load_rows
+from r2v_eval.results import main_table
 from r2v_eval.view import ViewArgs, main, write_page
 from r2v_eval.view.runs import NotARunError, detect
 from r2v_eval.view.steps import marks, step_view
@@ -73,10 +74,10 @@ def test_pipeline_page_has_every_condition_and_method(viewer_pipeline_run, tmp_p
     assert detect(tmp) == ("pipeline", tmp / "eval") and detect(tmp / "eval") == ("pipeline", tmp / "eval")
     index, details = read_page(write_page(tmp, tmp_path / "p.html"))
     tables = {t["title"]: t for t in index["summary"]["tables"]}
-    main_table = tables["Methods under `composite` perturbations (Table 1)"]
-    assert [r[0] for r in main_table["rows"]] == list(results["methods"])
-    for row in main_table["rows"]:
-        cell = results["conditions"]["composite"][row[0]]
+    table1 = tables["Methods under `composite` perturbations (Table 1)"]
+    assert [r[0] for r in table1["rows"]] == list(results["methods"])
+    for row in table1["rows"]:
+        cell = main_table(results)[row[0]]
         assert row[1:4] == [f"{cell['sr']:.1f}", f"[{cell['sr_ci'][0]:.1f}, {cell['sr_ci'][1]:.1f}]",
                             f"{cell['llm_pct']:.1f}"]
     assert "heuristic router across thresholds" in tables

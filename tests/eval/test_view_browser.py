@@ -12,6 +12,7 @@ import json
 import pytest
 
 from r2v_agents.shards import load_rows
+from r2v_eval.results import main_table, sweeps
 from r2v_eval.view import write_page
 from r2v_eval.view.steps import marks
 from tests.support.browser import PageLog, chromium, skip_reason
@@ -157,7 +158,7 @@ def test_pipeline_page_in_chromium(tab, tmp_path, viewer_pipeline_run):
     b = tab.open(write_page(run, tmp_path / "pipeline.html"))
     assert tab.log.errors == []
     first = table_rows(b)  # Table 1: the main condition
-    cells = results["conditions"][results["main_condition"]]
+    cells = main_table(results)
     assert [(r[0], r[1], r[3]) for r in first] == [(m, f"{cells[m]['sr']:.1f}", f"{cells[m]['llm_pct']:.1f}")
                                                    for m in results["methods"]]
     assert b.locator("figure img").count() >= 2  # pareto + reliability plots
@@ -174,7 +175,7 @@ def test_pipeline_page_in_chromium(tab, tmp_path, viewer_pipeline_run):
     b.screenshot(path=tmp_path / "pipeline-episode.png", full_page=True)
     b.locator("#side-toggle").click()
     b.locator(".side .col").first.wait_for()
-    sweep = len(results["sweeps"]["heuristic"])  # a swept threshold is one more method of the main condition
+    sweep = len(sweeps(results)["heuristic"])  # a swept threshold is one more method of the main condition
     assert b.locator(".side .col").count() == len(results["methods"]) + sweep
     b.screenshot(path=tmp_path / "pipeline-side.png")
     assert tab.log.errors == []

@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 
 from r2v_agents.policy import Candidate
+from r2v_eval.results import main_table
 
 ACTIONS = ("go east", "go west", "look", "take coin", "take key", "take gem", "take map")
 
@@ -116,7 +117,7 @@ def assert_report_matches_shards(report_path, results, eval_dir):
     by_label = {v: k for k, v in METHOD_LABELS.items()}
     assert {by_label[m] for m in rows} == set(results["methods"])
     for label, row in rows.items():
-        run_dir = eval_dir / results["runs"][results["main_condition"]][by_label[label]]
+        run_dir = eval_dir / main_table(results)[by_label[label]]["run_dir"]
         eps = load_rows(run_dir, "episodes", columns=["success"])
         steps = load_rows(run_dir, "steps", columns=["source"])
         assert eps and steps
@@ -128,7 +129,7 @@ def assert_report_matches_shards(report_path, results, eval_dir):
         lo, hi = (float(x) for x in row["SR 95% CI"].strip("[]").split(","))
         assert lo <= float(row["SR (%)"]) <= hi
     def outcome(label):  # episode_id -> (success, steps, teacher steps) from the step shards alone
-        run_dir = eval_dir / results["runs"][results["main_condition"]][by_label[label]]
+        run_dir = eval_dir / main_table(results)[by_label[label]]["run_dir"]
         out = {}
         for s in load_rows(run_dir, "steps", columns=["episode_id", "source"]):
             ok, n, t = out.get(s["episode_id"], (0.0, 0, 0))

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from r2v_eval.results import main_table
+
 ROOT = Path(__file__).resolve().parents[2]
 R2V = [shutil.which("r2v") or "r2v"]  # the installed console script: `sys.exit(console())`, as a user runs it
 
@@ -38,7 +40,7 @@ class Mini:
 def _pipeline_report(run: str) -> Callable[[Path, str], None]:
     def check(tmp: Path, out: str) -> None:
         results = json.loads((tmp / run / "eval" / "results.json").read_text())
-        assert {"slm", "r2v", "llm"} <= set(results["conditions"][results["main_condition"]])
+        assert {"slm", "r2v", "llm"} <= set(main_table(results))
         assert (tmp / run / "report.md").is_file()
     return check
 

@@ -17,6 +17,7 @@ pytest.importorskip("alfworld", reason="alfworld is not installed: pip install '
 pytest.importorskip("fast_downward", reason="fast-downward-textworld is missing: pip install 'r2v[alfworld]'")
 pytest.importorskip("trl")
 
+from r2v_eval.results import main_table
 from r2v_train.chain.stages import STAGES, read_marker  # noqa: E402
 from r2v_train.config import CONFIG_DIR, load_config
 from r2v_train.pipeline import run_pipeline  # noqa: E402
@@ -41,7 +42,7 @@ def test_every_stage_and_artifact_on_alfworld_and_the_report_matches_the_shards(
     assert manifest["config"]["env"]["env_id"] == "R2V/ALFWorld-v0"
     teacher = load_rows(stage_paths(run_dir)["teacher"], "episodes")
     assert len(teacher) == 3 and all(e["success"] for e in teacher)  # alfworld's expert wins the train games
-    main = results["conditions"]["composite"]
+    main = main_table(results)
     assert main["llm"]["sr"] > 0 and main["llm"]["llm_pct"] == 100.0 and main["slm"]["llm_pct"] == 0.0
     from r2v_agents.verifiers.alfworld import ALFWorldVerifier
     from r2v_train.evaluation.agents import agents_from_run
@@ -61,7 +62,7 @@ def test_garbage_slm_text_is_contained_by_the_game(alfworld_run):
 
     run_dir, _ = alfworld_run
     results = json.loads((run_dir / "eval" / "results.json").read_text())
-    steps = load_rows(run_dir / "eval" / results["runs"]["composite"]["slm"], "steps")
+    steps = load_rows(run_dir / "eval" / main_table(results)["slm"]["run_dir"], "steps")
     by_key = {(s["episode_id"], s["t"]): s for s in steps}
     garbage = [s for s in steps if s["action"] not in s["admissible_actions"]
                and (s["episode_id"], s["t"] + 1) in by_key]

@@ -14,6 +14,7 @@ pytest.importorskip("textworld")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from r2v_eval.results import by_setting, main_table
 from r2v_train.chain.stages import MARKER, STAGES, read_marker, run_chain, stage_paths  # noqa: E402
 from r2v_train.config import tiny_config  # noqa: E402
 from tests.support.miniatures import MINIATURE_PIPELINE, run_once  # noqa: E402
@@ -97,10 +98,10 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
 
     run_dir, summary = miniature
     results = json.load(open(run_dir / "eval" / "results.json"))
-    assert results["methods"] == list(METHODS) and set(results["conditions"]) == {"composite", "flaky"}
+    assert results["methods"] == list(METHODS) and set(by_setting(results)) == {"composite", "flaky"}
     from r2v_agents.shards import load_rows
 
-    seeds = {c: {e["z"] for e in load_rows(run_dir / "eval" / results["runs"][c]["slm"], "episodes")}
+    seeds = {c: {e["z"] for e in load_rows(run_dir / "eval" / by_setting(results)[c]["slm"]["run_dir"], "episodes")}
              for c in ("composite", "flaky")}
     assert seeds == {"composite": {0, 1}, "flaky": {3}}  # per-type conditions run on per_type_seeds
     report = Path(summary["report"])
@@ -110,7 +111,7 @@ def test_miniature_pipeline_writes_every_artifact_and_its_report_matches_the_sha
     for heading in ("## Table 1", "## Per perturbation type", "## Router calibration", "chain stages"):
         assert heading in text
     saved = json.load(open(run_dir / "pipeline.json"))
-    assert saved["main"] == results["conditions"]["composite"] and saved["timings_s"]["total"] > 0
+    assert saved["main"] == main_table(results) and saved["timings_s"]["total"] > 0
     from r2v_train.pipeline import summary_text
 
     closing = summary_text(summary)  # what `r2v pipeline` prints at the end
@@ -140,11 +141,15 @@ def test_r2v_eval_and_the_pipeline_give_the_same_episodes_and_sr(miniature, meth
                "--split", ev["split"], "--tasks", str(ev["max_tasks"]), "--max-steps", str(ev["max_steps"]),
                "--bootstrap", str(ev["bootstrap"]), "--out", str(out), "--no-progress"])
     (cell,) = json.load(open(out / "results.json"))["cells"]
-    pipeline_cell = run_dir / "eval" / results["runs"][cond][method]
+    pipeline_cell = run_dir / "eval" / by_setting(results)[cond][method]["run_dir"]
     mine, theirs = outcomes(out / cell["run_dir"]), outcomes(pipeline_cell)
     assert len(mine) == ev["max_tasks"] * len(ev["seeds"]) and mine == theirs  # (success, steps, teacher steps)
-    table1 = results["conditions"][cond][method]
+    table1 = by_setting(results)[cond][method]
     assert cell["sr"] == table1["sr"] == sr_metrics(pipeline_cell, ev["bootstrap"])["sr"]
     assert cell["sr_ci"] == table1["sr_ci"] and cell["scored"] == table1["scored"]
+    # one schema: the same fields, and on the same episodes the same values, but for where and when it ran
+    assert set(cell) - {"drop_vs_clean"} == set(table1) and table1["agent"] == method
+    same = set(table1) - {"agent", "run_dir", "mean_latency_s", "step_latency_s"}
+    assert {k: cell[k] for k in same} == {k: table1[k] for k in same}
     if method == "r2v":  # the routed agent asked its teacher: the comparison covers the router and the teacher too
         assert sum(t for _, _, t in mine.values()) > 0 and cell["llm_pct"] == table1["llm_pct"]

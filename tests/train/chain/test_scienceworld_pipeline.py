@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.slow,  # end to end: the miniature pipeline on Science
 pytest.importorskip("scienceworld", reason="scienceworld is not installed: pip install 'r2v[scienceworld]'")
 pytest.importorskip("trl")
 
+from r2v_eval.results import main_table
 from r2v_train.chain.stages import STAGES, read_marker, stage_paths
 from r2v_train.config import CONFIG_DIR, load_config
 from r2v_train.pipeline import run_pipeline
@@ -42,7 +43,7 @@ def test_every_stage_and_artifact_on_scienceworld_and_the_report_matches_the_sha
     teacher = load_rows(stage_paths(run_dir)["teacher"], "episodes")
     assert len(teacher) == 3 and all(e["success"] for e in teacher)  # the gold sequences win the train tasks
     assert len({e["task_id"].rsplit("/", 1)[0] for e in teacher}) == 3  # three task types, not three variations
-    main = results["conditions"]["composite"]
+    main = main_table(results)
     assert main["llm"]["sr"] > 0 and main["llm"]["llm_pct"] == 100.0 and main["slm"]["llm_pct"] == 0.0
     slm = agents_from_run(load_config(CONFIG).chain, run_dir).slm()  # the evaluated SLM scores with
     assert isinstance(slm.verifier, ScienceWorldVerifier)             # ScienceWorld's own verifier

@@ -7,6 +7,7 @@ import pytest
 
 from r2v_agents.shards import load_rows
 from r2v_envs.errors import UnknownChoiceError
+from r2v_eval.results import by_setting, main_table
 from r2v_eval.stats import bootstrap_episodes, pareto_front
 from r2v_train.evaluation.methods import EvalConfig, evaluate
 from r2v_train.run_dir import RESULTS_FILE
@@ -51,18 +52,19 @@ def test_pareto_front_keeps_non_dominated_points():
 def test_every_method_and_condition_is_run_and_matches_its_shards(evaluated):
     tmp, results = evaluated
     assert json.loads((tmp / "eval" / RESULTS_FILE).read_text()) == results
-    assert list(results["conditions"]) == ["composite", "flaky"]
-    for cond, cells in results["conditions"].items():
-        assert set(cells) == {"slm", "entropy", "heuristic", "r2v", "oracle", "llm"}
+    assert [(c["perturbation"], c["agent"]) for c in results["cells"]] == [
+        (cond, m) for cond in ("composite", "flaky") for m in ("slm", "entropy", "heuristic", "r2v", "oracle", "llm")]
+    for cond, cells in by_setting(results).items():
         for method, cell in cells.items():
-            run_dir = tmp / "eval" / results["runs"][cond][method]
+            assert cell["env"] == "R2V_Scripted-v0" and cell["run_dir"] == f"runs/{cond}/{method}"
+            run_dir = tmp / "eval" / cell["run_dir"]
             steps = load_rows(run_dir, "steps", columns=["episode_id", "source"])
             eps = load_rows(run_dir, "episodes", columns=["success"])
             teacher = sum(s["source"] in ("teacher", "oracle") for s in steps)
             assert cell["episodes"] == len(eps) == 12
             assert cell["sr"] == pytest.approx(100 * np.mean([e["success"] for e in eps]))
             assert cell["llm_pct"] == pytest.approx(100 * teacher / len(steps))
-    main = results["conditions"]["composite"]
+    main = main_table(results)
     assert main["slm"]["llm_pct"] == 0 and main["llm"]["llm_pct"] == 100
     assert main["slm"]["sr"] < main["llm"]["sr"] == 100
     paired = results["paired"]  # R2V minus each method on the same episodes
@@ -91,12 +93,13 @@ def test_paired_bootstrap_needs_the_same_episodes_and_paired_takes_those_both_sc
 
 def test_oracle_escalates_exactly_the_failed_slm_rollouts(evaluated):
     tmp, results = evaluated
-    runs = results["runs"]["composite"]
-    failed = {(e["task_id"], e["z"]) for e in load_rows(tmp / "eval" / runs["slm"], "episodes") if not e["success"]}
+    runs = main_table(results)
+    failed = {(e["task_id"], e["z"]) for e in load_rows(tmp / "eval" / runs["slm"]["run_dir"], "episodes")
+              if not e["success"]}
     assert failed
-    for s in load_rows(tmp / "eval" / runs["oracle"], "steps", columns=["task_id", "z", "source"]):
+    for s in load_rows(tmp / "eval" / runs["oracle"]["run_dir"], "steps", columns=["task_id", "z", "source"]):
         assert (s["source"] == "oracle") == ((s["task_id"], s["z"]) in failed)
-    assert results["conditions"]["composite"]["oracle"]["sr"] == 100
+    assert runs["oracle"]["sr"] == 100
 
 
 def test_router_calibration_on_validation(evaluated):
@@ -123,7 +126,7 @@ def test_rerun_resumes_without_new_episodes(evaluated, monkeypatch):
     again = evaluate(make_agents(tmp, str(tmp / "router" / "router.pt"), str(tmp / "router_data" / "valid")),
                      eval_config(), tmp / "eval")
     assert seen and not any(seen)
-    assert again["conditions"] == results["conditions"]
+    assert again["cells"] == results["cells"]
 
 
 def test_baseline_thresholds_come_from_validation_unless_fixed(evaluated):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from r2v_eval.results import main_table, sweeps
 from r2v_train.evaluation.methods import evaluate
 from r2v_train.evaluation.report import write_report
 from tests.support.eval_runs import assert_report_matches_shards, copy_trained_run, eval_config, make_agents
@@ -44,10 +45,10 @@ def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(repo
     from r2v_train.evaluation.report import parse_markdown_table
 
     tmp, results, path = reported
-    sweep = results["sweeps"]["heuristic"]
+    sweep = sweeps(results)["heuristic"]
     assert [c["threshold"] for c in sweep] == [0.05, 0.9]
     for c in sweep:
-        eps = load_rows(tmp / "eval" / c["run"], "episodes", columns=["success"])
+        eps = load_rows(tmp / "eval" / c["run_dir"], "episodes", columns=["success"])
         assert len(eps) == c["episodes"] and c["sr"] == pytest.approx(100 * sum(e["success"] for e in eps) / len(eps))
     low, high = sweep
     assert low["llm_pct"] > high["llm_pct"] and low["sr"] >= high["sr"]
@@ -55,7 +56,7 @@ def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(repo
     assert [float(r["LLM%"]) for r in rows] == pytest.approx([c["llm_pct"] for c in sweep], abs=0.05)
     match = matched_reliability(results)  # the scripted run's heuristic reaches R2V's SR at some threshold
     assert match is not None and match["baseline_sr"] >= match["method_sr"] - 2
-    cheapest = min((c for c in [results["conditions"]["composite"]["heuristic"], *sweep]
+    cheapest = min((c for c in [main_table(results)["heuristic"], *sweep]
                     if c["sr"] >= match["method_sr"] - 2), key=lambda c: c["llm_pct"])
     assert match["baseline_llm_pct"] == cheapest["llm_pct"] and "At matched reliability" in path.read_text()
 
@@ -65,8 +66,8 @@ def test_entropy_sweep_is_its_own_curve_and_matched_like_the_heuristic(reported)
     from r2v_train.evaluation.report import parse_markdown_table
 
     tmp, results, path = reported
-    sweep = results["sweeps"]["entropy"]
-    assert [c["run"].rsplit("/", 1)[-1] for c in sweep] == ["entropy@0.2", "entropy@0.6"]
+    sweep = sweeps(results)["entropy"]
+    assert [(c["agent"], c["run_dir"].rsplit("/", 1)[-1]) for c in sweep] == [("entropy@0.2",) * 2, ("entropy@0.6",) * 2]
     low, high = sweep
     assert low["llm_pct"] > high["llm_pct"]  # a lower threshold on H / (1 + H) escalates more
     rows = parse_markdown_table(path.read_text(), "## Entropy router across thresholds")

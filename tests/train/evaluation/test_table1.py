@@ -9,6 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # end to end: pipelines per benchmark
 
+from r2v_eval.results import cell_entry
 from r2v_train import table1
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS
 from r2v_train.evaluation.report import parse_markdown_table
@@ -24,7 +25,9 @@ def fake_results(sub: Path, base: float) -> dict:
              for i, m in enumerate(METHODS)}
     cal = {r: {"ece": base / 1000 + j / 100, "brier": base / 100 + j / 10, "reliability": {}}
            for j, r in enumerate(table1.ROUTERS)}
-    results = {"conditions": {"composite": cells, "flaky": {m: {"sr": -1.0} for m in METHODS}},
+    flaky = {m: {"sr": -1.0} for m in METHODS}
+    results = {"cells": [cell_entry(sub / "eval", sub / "eval" / "runs" / cond / m, "R2V/ALFWorld-v0", cond, m, c)
+                         for cond, table in (("composite", cells), ("flaky", flaky)) for m, c in table.items()],
                "main_condition": "composite", "methods": list(METHODS), "calibration": cal}
     (sub / "eval").mkdir(parents=True, exist_ok=True)
     (sub / "eval" / "results.json").write_text(json.dumps(results))
