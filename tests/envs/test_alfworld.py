@@ -108,13 +108,13 @@ def test_wrong_actions_fail_and_bad_input_gets_feedback(cache):
 
 
 @pytest.mark.slow
-def test_same_seed_same_trajectory_under_composite_perturbations(cache, monkeypatch):
+def test_same_seed_same_trajectory_under_composite_perturbations(cache):
     """The second env takes the game the first one loaded (a closed env's engines serve the process's next envs,
     r2v_envs.alfworld.engine); the third loads it afresh. All three play the same."""
     runs, engines = [], []
     for fresh in (True, False, True):
         if fresh:
-            monkeypatch.setattr(alfworld_engine, "_kept", [])
+            alfworld_engine.KEPT.close_all()
         env = make(cache, split="test", perturbations="composite")
         info, _, actions, observations = play_expert(env, {"task_index": 1})
         runs.append((actions, observations, info["won"]))

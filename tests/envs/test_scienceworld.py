@@ -193,10 +193,10 @@ def _exited(proc, timeout_s: float) -> bool:
 @needs_engine
 def test_a_closed_envs_jvm_serves_the_next_env_and_closes_when_idle(monkeypatch):
     """A pipeline makes fresh envs for every runner pass: the next env takes a closed env's warm JVM (the same java
-    process) and plays what the first env played; a JVM kept past IDLE_SECONDS is closed by the next env's acquire,
+    process) and plays what the first env played; a JVM kept past its idle time is closed by the next env's acquire,
     the others at close_idle_engines."""
     sw_engine.close_idle_engines()
-    monkeypatch.setattr(sw_engine, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(sw_engine.KEPT, "idle_s", 0.5)
 
     def make():
         return gym.make(ENV_ID, seed=3, split="test", perturbations="composite")
@@ -210,7 +210,7 @@ def test_a_closed_envs_jvm_serves_the_next_env_and_closes_when_idle(monkeypatch)
     assert _expert_trace(b, FIND) == first and first[1]
     assert b.unwrapped.engine()._gateway.java_process is jvm
     b.close()
-    time.sleep(0.6)  # idle past IDLE_SECONDS: the next env closes it and starts its own
+    time.sleep(0.6)  # idle past idle_s: the next env closes it and starts its own
     c = make()
     c.reset(options={"task_id": SHORT})
     other = c.unwrapped.engine()._gateway.java_process
