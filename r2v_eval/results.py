@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 
@@ -78,9 +77,10 @@ def sweeps(results: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {k: sorted(v, key=lambda c: c["threshold"]) for k, v in sorted(out.items())}
 
 
-def run_dirs(results: Mapping[str, Any], out_dir: str | os.PathLike) -> dict[tuple[str, str], Path]:
-    """``(perturbation, agent) -> runner directory`` of every cell (sweeps included)."""
-    return {(c["perturbation"], c["agent"]): Path(out_dir) / c["run_dir"] for c in cells(results)}
+def runs(results: Mapping[str, Any], setting: str) -> dict[str, str]:
+    """``{agent: run_dir}`` (relative to the results file) of a setting's cells, sweeps left out; KeyError for a
+    setting the file does not hold."""
+    return {a: c["run_dir"] for a, c in by_setting(results)[setting].items()}
 
 
 def upgrade(results: Mapping[str, Any]) -> Mapping[str, Any]:

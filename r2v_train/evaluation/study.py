@@ -39,6 +39,7 @@ from r2v_envs.errors import UnknownChoiceError
 from r2v_envs.fileio import write_json_atomic
 from r2v_eval.cells import outcomes, paired, sr_metrics
 from r2v_eval.results import by_setting
+from r2v_eval.results import runs as setting_runs
 from r2v_train.chain.stages import STAGES, run_chain
 from r2v_train.evaluation.methods import (
     Agents,
@@ -126,11 +127,6 @@ class StudyConfig:
         return bool(self.variants) or self.counterfactual.oracle or self.repeats.n > 1
 
 
-def _runs(results: Mapping[str, Any], cond: str) -> dict[str, str]:
-    """``method -> runner directory`` (relative to the evaluation) of a condition's cells, sweeps left out."""
-    return {m: c["run_dir"] for m, c in by_setting(results)[cond].items()}
-
-
 def _paired(out: Path, run_dir: Path, runs: Mapping[str, str], cfg: EvalConfig) -> dict[str, Any]:
     a = outcomes(run_dir)
     return {m: paired(a, outcomes(out / runs[m]), cfg.bootstrap, cfg.bootstrap_seed)
@@ -143,7 +139,7 @@ def evaluate_variants(chain: Any, agents: Agents, ev: EvalConfig, study: StudyCo
     run_dir, out = Path(run_dir), Path(eval_dir)
     p = stage_paths(run_dir)
     cond, spec = next(iter(ev.conditions().items()))
-    runs = _runs(load_results(out), cond)
+    runs = setting_runs(load_results(out), cond)
     progress = ev.progress
     cf_dirs = {part: os.fspath(counterfactual_dir(run_dir, part)) for part in ("train", "valid", "test")}
     cf_summary: dict[str, Any] = {}
@@ -223,7 +219,7 @@ def _variant_row(chain: Any, agents: Agents, ev: EvalConfig, name: str, override
     ``matched``, also against the baselines matched to its validation recall: :func:`matched_baselines`)."""
     p = stage_paths(run_dir)
     cond, spec = next(iter(ev.conditions().items()))
-    runs = _runs(load_results(out), cond)
+    runs = setting_runs(load_results(out), cond)
     say(f"router setting {name}: {overrides or 'the chain router config'}")
     path, metrics = train_variant(name, overrides, chain.router, p["router_data_train"], p["router_data_valid"],
                                   variant_router_dir(run_dir, name), cf_dirs)
@@ -273,6 +269,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
     main = load_results(eval_dir(run_dir))
     cond = main["main_condition"]
     cells = {m: [c] for m, c in by_setting(main)[cond].items()}
+    main_runs = setting_runs(main, cond)
     paired: dict[str, list[Any]] = {}
     per_repeat = [{"dir": ".", "seeds": _seeds(chain)}]
     ev_main = dataclasses.replace(ev, per_type=(), heuristic_sweep=(), entropy_sweep=())
@@ -306,7 +303,7 @@ def run_repeats(chain: Any, agents_for: Any, ev: EvalConfig, study: StudyConfig,
             link = cell_dir(eval_dir(rep), cond, m)
             if not link.exists():
                 link.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(os.path.relpath(eval_dir(run_dir) / _runs(main, cond)[m], link.parent), link)
+                os.symlink(os.path.relpath(eval_dir(run_dir) / main_runs[m], link.parent), link)
         r = evaluate(agents_for(c, rep), ev_main, eval_dir(rep))
         for m, cell in by_setting(r)[cond].items():
             cells.setdefault(m, []).append(cell)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from r2v_eval.results import by_setting, cells, main_table, run_dirs, settings, sweeps, upgrade
+import pytest
+
+from r2v_eval.results import by_setting, cells, main_table, runs, settings, sweeps, upgrade
 
 CELL = {"sr": 50.0, "sr_ci": [0.0, 100.0], "llm_pct": 10.0, "llm_pct_ci": [0.0, 20.0], "episodes": 4}
 OLD = {"config": {"env_id": "R2V/TextWorld-v0"}, "methods": ["slm", "r2v"], "main_condition": "composite",
@@ -28,7 +30,9 @@ def test_a_results_file_written_before_the_cells_reads_as_the_same_tables():
     assert main_table(OLD)["r2v"]["run_dir"] == "runs/composite/r2v" and settings(OLD) == ["composite", "flaky"]
     assert [(c["threshold"], c["run_dir"], c["sweep"]) for c in sweeps(OLD)["heuristic"]] == [
         (0.1, "runs/composite/heuristic@0.1", "heuristic"), (0.3, "runs/composite/heuristic@0.3", "heuristic")]
-    assert run_dirs(OLD, "/e")[("flaky", "slm")].as_posix() == "/e/runs/flaky/slm"
+    assert runs(OLD, "flaky") == {"slm": "runs/flaky/slm"}
+    with pytest.raises(KeyError):
+        runs(OLD, "none")
     assert upgrade(new) is new  # a file in the schema is read as it is
 
 
