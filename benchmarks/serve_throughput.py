@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ import numpy as np
 import tyro
 
 import r2v_envs  # noqa: F401 - registers the ids
+from r2v_envs.provenance import machine_load, write_benchmark
 
 ENV = "R2V/TextWorld-v0"
 KW = {"suite": "small", "task_id": "tw-cooking-medium-001", "perturbations": "composite"}
@@ -164,8 +164,7 @@ def through_server(url: str, seeds: list[int], sessions: int, max_steps: int) ->
 
 
 def main(args: Args) -> dict:
-    results: dict = {"cores": os.cpu_count(), "load_before": os.getloadavg(), "env": ENV, "env_kwargs": KW,
-                     "max_steps": args.max_steps, "sessions": {}}
+    results: dict = {**machine_load(), "env": ENV, "env_kwargs": KW, "max_steps": args.max_steps, "sessions": {}}
     in_process([args.seed0], args.max_steps)  # generate/cache the game, warm imports
     proc, url = start_server(max(args.sessions))
     try:
@@ -194,13 +193,7 @@ def main(args: Args) -> dict:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    results["load_after"] = os.getloadavg()
-    results["loaded"] = max(results["load_before"][0], results["load_after"][0]) > 0.5 * (os.cpu_count() or 1)
-    print(json.dumps(results, indent=1))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(results, fh, indent=1)
-    return results
+    return write_benchmark(results, args.out)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ load average before and after says whether the machine was loaded: on 2 cores sh
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import statistics
 import sys
@@ -37,6 +35,7 @@ import tyro
 import r2v_envs  # noqa: F401
 from r2v_agents.runner import RunConfig, run
 from r2v_agents.teachers import OracleTeacher
+from r2v_envs.provenance import machine_load, write_benchmark
 
 CASES = {
     "R2V/TextWorld-v0": {"suite": "small", "task_id": "tw-cooking-medium-001"},
@@ -125,8 +124,7 @@ def play_runner(env_id: str, kw: dict, seeds: list[int], max_steps: int) -> tupl
 
 def main(args: Args) -> dict:
     seeds = [args.seed0 + i for i in range(args.episodes)]
-    load_before = os.getloadavg()
-    results: dict = {"cores": os.cpu_count(), "load_before": load_before, "episodes": args.episodes, "envs": {}}
+    results: dict = {**machine_load(), "episodes": args.episodes, "envs": {}}
     for env_id in args.env_ids:
         kw = dict(CASES[env_id])
         play_single(env_id, kw, seeds[:1], args.max_steps)  # generate/cache the game, warm imports
@@ -161,13 +159,7 @@ def main(args: Args) -> dict:
             "loop_async_over_sync": loop["vec-sync"] / loop["vec-async"],
             "runner_2w_over_sync": med["vec-sync"] / med["runner-2w"],
         }
-    results["load_after"] = os.getloadavg()
-    results["loaded"] = max(results["load_before"][0], results["load_after"][0]) > 0.5 * (os.cpu_count() or 1)
-    print(json.dumps(results, indent=1))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(results, fh, indent=1)
-    return results
+    return write_benchmark(results, args.out)
 
 
 if __name__ == "__main__":
