@@ -4,7 +4,7 @@
 #   docker run --rm -p 127.0.0.1:8000:8000 r2v-serve --env R2V/TextWorld-v0 --env-kwargs '{"suite": "small"}' --token T
 #
 # BASE: any Debian-based image with python3 >= 3.10 and pip (python:3.11-slim; with no registry, the bookworm root
-# that scripts/terminalbench_docker.sh imports as r2v-bookworm:base). The build needs the package index (pip, apt);
+# that scripts/docker_base.sh imports as r2v-bookworm:base). The build needs the package index (pip, apt);
 # running needs no network.
 ARG BASE=python:3.11-slim
 FROM ${BASE}
