@@ -45,33 +45,7 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
         lines += [f"Envs: {', '.join(grid['env_ids'])}; split `{grid['split']}`"
                   + (f" (first {grid['tasks']} tasks)" if grid.get("tasks") else "")
                   + f"; seeds {list(grid['seeds'])}; perturbations {', '.join(grid['perturbations'])}.", ""]
-    lines += ["SR over the episodes that ran, 95% bootstrap CI over episodes "
-              f"({results['bootstrap']} resamples). Drop = clean SR minus this SR on the same (task, seed) "
-              "episodes, paired 95% CI. pass^k over seeds as in tau-bench; worst seed = lowest per-seed SR. "
-              "*Not run* = episodes that could not be run (agent infrastructure after retries, or env faults): "
-              "excluded from SR, never scored as losses. Retries = requests retried inside the agent / episodes "
-              "rerun by the grid. Non-exact = share of a model agent's steps whose action it did not name exactly "
-              "(grounded as normalised, similar, raw or empty); invalid = share of played actions that are not "
-              "actions of the benchmark (not admissible, or outside its command syntax); step latency = the "
-              "agent's mean seconds per step.", ""]
-    head = ["benchmark", "perturbation", "episodes", "SR (%)", "SR 95% CI", "drop (points)", "drop 95% CI",
-            "pass^k (k=1..n)", "worst seed SR", "steps", "tokens", "cost", "latency (s)", "step latency (s)",
-            "non-exact (%)", "invalid (%)", "not run", "retries"]
-    rows = []
-    for c in results["cells"]:
-        d = c.get("drop_vs_clean")
-        pk = " / ".join(fmt_num(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c["pass_k"] else "-"
-        worst = "-" if not c["worst_seed"] else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
-        kinds = ", ".join(f"{k} {v}" for k, v in c["not_run_by_kind"].items())
-        rows.append([
-            str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt_num(c["sr"]), fmt_ci(c["sr_ci"]),
-            "-" if c["perturbation"] == CLEAN or not d else fmt_num(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
-            pk, worst, fmt_num(c.get("mean_steps")), fmt_num(c.get("mean_tokens"), 0), fmt_num(c.get("mean_cost"), 4),
-            fmt_num(c.get("mean_latency_s"), 2), fmt_num(c.get("step_latency_s"), 3), fmt_num(c.get("non_exact_pct")),
-            fmt_num(c.get("invalid_pct")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
-            f"{c['request_retries']} / {c['episode_reruns']}"])
-    lines += ["## SR by benchmark and perturbation", ""] + md_table(head, rows, align="ll" + "r" * (len(head) - 2))
-    lines.append("")
+    lines += ["## SR by benchmark and perturbation", ""] + cells_section(results["cells"], results["bootstrap"])
     if plot:
         lines += [f"![SR by perturbation]({os.path.basename(plot)})", ""]
     lines += ["Trajectories: each cell's `run_dir` holds the runner's Parquet shards "
@@ -79,6 +53,51 @@ def render(results: Mapping[str, Any], plot: str | None = None) -> str:
               "`r2v eval show <out> --episode <task@z>` prints one episode as the agent saw it; `r2v view <out>` writes "
               "a page to browse every episode step by step (`view.html`).", ""]
     return "\n".join(lines)
+
+
+def cells_section(cells: list[Mapping[str, Any]], bootstrap: int) -> list[str]:
+    """What each column means, then a row per cell (:mod:`r2v_eval.results`): the cell table of ``r2v eval``'s
+    report and of a pipeline run's (which adds an agent column, its cells naming several agents).
+
+    Example:
+        >>> cell = {"env": "R2V/TextWorld-v0", "benchmark": "TextWorld", "perturbation": "clean", "agent": "slm",
+        ...         "scored": 2, "sr": 50.0, "sr_ci": [0.0, 100.0], "pass_k": {}, "worst_seed": None,
+        ...         "not_run": 0, "not_run_by_kind": {}, "request_retries": 0, "episode_reruns": 0}
+        >>> print(cells_section([cell], 1000)[-2])
+        | TextWorld | clean | 2 | 50.0 | [0.0, 100.0] | - | - | - | - | - | - | - | - | - | - | - | 0 | 0 / 0 |
+    """
+    by_agent = len({c.get("agent") for c in cells}) > 1
+    # LLM% only where an agent asked a teacher (a routed agent): for a plain agent it would be a column of zeros
+    routed = any(c.get("teacher_steps") for c in cells)
+    lines = ["SR over the episodes that ran, 95% bootstrap CI over episodes "
+             f"({bootstrap} resamples). Drop = clean SR minus this SR on the same (task, seed) "
+             "episodes, paired 95% CI. pass^k over seeds as in tau-bench; worst seed = lowest per-seed SR. "
+             "*Not run* = episodes that could not be run (agent infrastructure after retries, or env faults): "
+             "excluded from SR, never scored as losses. Retries = requests retried inside the agent / episodes "
+             "rerun by the grid. Non-exact = share of a model agent's steps whose action it did not name exactly "
+             "(grounded as normalised, similar, raw or empty); invalid = share of played actions that are not "
+             "actions of the benchmark (not admissible, or outside its command syntax); step latency = the "
+             "agent's mean seconds per step." + (" LLM% = share of steps whose action came from the teacher." if routed
+                                                 else ""), ""]
+    head = ["benchmark", "perturbation", "episodes", "SR (%)", "SR 95% CI", "drop (points)", "drop 95% CI",
+            "pass^k (k=1..n)", "worst seed SR", "steps", "tokens", "cost", "latency (s)", "step latency (s)",
+            "non-exact (%)", "invalid (%)", "not run", "retries"]
+    rows = []
+    for c in cells:
+        d = c.get("drop_vs_clean")
+        pk = " / ".join(fmt_num(c["pass_k"][k]) for k in sorted(c["pass_k"], key=int)) if c["pass_k"] else "-"
+        worst = "-" if not c["worst_seed"] else f"{c['worst_seed']['sr']:.1f} (z={c['worst_seed']['z']})"
+        kinds = ", ".join(f"{k} {v}" for k, v in c["not_run_by_kind"].items())
+        rows.append([str(c["agent"])] * by_agent + [
+            str(c["benchmark"] or c["env"]), c["perturbation"], str(c["scored"]), fmt_num(c["sr"]), fmt_ci(c["sr_ci"])
+        ] + [fmt_num(c.get("llm_pct"))] * routed + [
+            "-" if c["perturbation"] == CLEAN or not d else fmt_num(d["drop"]), "-" if not d else fmt_ci(d["drop_ci"]),
+            pk, worst, fmt_num(c.get("mean_steps")), fmt_num(c.get("mean_tokens"), 0), fmt_num(c.get("mean_cost"), 4),
+            fmt_num(c.get("mean_latency_s"), 2), fmt_num(c.get("step_latency_s"), 3), fmt_num(c.get("non_exact_pct")),
+            fmt_num(c.get("invalid_pct")), f"{c['not_run']}" + (f" ({kinds})" if kinds else ""),
+            f"{c['request_retries']} / {c['episode_reruns']}"])
+    head = ["agent"] * by_agent + head[:5] + ["LLM%"] * routed + head[5:]
+    return lines + md_table(head, rows, align="l" * (2 + by_agent) + "r" * (len(head) - 2 - by_agent)) + [""]
 
 
 def plot_sr(results: Mapping[str, Any], path: str | os.PathLike) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from r2v_envs.fileio import atomic_write
 from r2v_eval.results import by_setting, main_table, sweeps
+from r2v_eval.robustness_report import cells_section
 from r2v_eval.stats import fmt_ci, md_table, with_ci
 from r2v_train.evaluation.methods import METHOD_LABELS, METHODS, load_results, matched_reliability, methods_table
 from r2v_train.evaluation.study import BASELINES
@@ -256,6 +257,9 @@ def write_report(run_dir: str | os.PathLike, evaluation: str | os.PathLike | Non
         seeds = results["config"].get("per_type_seeds") or results["config"]["seeds"]
         parts += ["## Per perturbation type", "", f"One perturbation type at a time; seeds {seeds}.", "",
                   per_type_table(conditions, results["methods"]), ""]
+    parts += ["## Every cell", "", ("One row per (env, perturbation, agent) of `eval/results.json`, as `r2v eval`'s "
+                                    "report gives them; an agent `name@t` is a threshold sweep's point."), "",
+              *cells_section(results["cells"], results["config"]["bootstrap"])]
     for name, sweep in sweeps(results).items():
         parts += [f"## {name.capitalize()} router across thresholds", ""]
         parts += md_table(["threshold", "SR (%)", "SR 95% CI", "LLM%", "LLM% 95% CI", "episodes"],

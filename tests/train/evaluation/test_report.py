@@ -75,3 +75,18 @@ def test_entropy_sweep_is_its_own_curve_and_matched_like_the_heuristic(reported)
     match = matched_reliability(results, baseline="entropy")  # here the fitted entropy threshold is the match
     assert match is not None and match["baseline"] == "entropy" and match["baseline_sr"] >= match["method_sr"] - 2
     assert f"the cheapest entropy point escalates {match['baseline_llm_pct']:.1f}%" in path.read_text()
+
+
+def test_every_cell_is_rendered_as_r2v_eval_renders_cells(reported):
+    """One cell table in both reports: the run report's "Every cell" rows are results.json's cells, one per
+    (agent, perturbation), sweep points included, with SR and LLM% as the schema holds them."""
+    from r2v_eval.robustness_report import cells_section
+    from r2v_train.evaluation.report import parse_markdown_table
+
+    tmp, results, path = reported
+    text = path.read_text()
+    rows = parse_markdown_table(text, "## Every cell")
+    assert [(r["agent"], r["perturbation"]) for r in rows] == [(c["agent"], c["perturbation"]) for c in results["cells"]]
+    assert [float(r["SR (%)"]) for r in rows] == pytest.approx([c["sr"] for c in results["cells"]], abs=0.05)
+    assert [float(r["LLM%"]) for r in rows] == pytest.approx([c["llm_pct"] for c in results["cells"]], abs=0.05)
+    assert "\n".join(cells_section(results["cells"], results["config"]["bootstrap"])) in text
