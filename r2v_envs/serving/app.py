@@ -34,8 +34,6 @@ import gymnasium as gym
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from openenv.core.env_server.http_server import create_fastapi_app
-from openenv.core.env_server.types import ConcurrencyConfig
 
 import r2v_envs
 from r2v_envs.core import DEFAULT
@@ -43,6 +41,7 @@ from r2v_envs.serving.config import ServeConfig
 from r2v_envs.serving.environment import R2VEnvironment, SessionBook
 from r2v_envs.serving.errors import BadRequestError, EpisodeOverError, ResetNeededError, ServedError, SessionClosedError
 from r2v_envs.serving.jsonvalues import jsonable
+from r2v_envs.serving.openenv_api import ConcurrencyConfig, create_fastapi_app
 from r2v_envs.serving.pool import EnvWorkerPool
 from r2v_envs.serving.wire import TextAction, TextEnvState, TextObservation
 

@@ -12,13 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
 
 from r2v_envs.core import TextSpace
 from r2v_envs.errors import InvalidActionError, UnknownChoiceError
 from r2v_envs.serving.config import TOKEN_ENV
 from r2v_envs.serving.errors import RemoteEnvError, parse_server_error
+from r2v_envs.serving.openenv_api import EnvClient, StepResult
 from r2v_envs.serving.wire import TextAction, TextEnvState, TextObservation
 
 

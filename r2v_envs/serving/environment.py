@@ -19,11 +19,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import EnvironmentMetadata
-
 import r2v_envs
 from r2v_envs.serving.errors import BadRequestError, EpisodeOverError, ResetNeededError, ServedError, SessionClosedError
+from r2v_envs.serving.openenv_api import Environment, EnvironmentMetadata
 from r2v_envs.serving.pool import EnvWorkerPool
 from r2v_envs.serving.wire import TextAction, TextEnvState, TextObservation, jsonable
 from r2v_envs.visibility import visible_info

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
 from r2v_envs.serving.jsonvalues import jsonable  # noqa: F401 - re-exported: the wire's value form
+from r2v_envs.serving.openenv_api import Action, Observation, State
 
 MAX_ACTION_CHARS = 100_000
 """longest action text the server takes (an env command or a code submission is far shorter)"""
