@@ -97,6 +97,10 @@ def pytest_collection_modifyitems(session, config, items):
     import importlib.util
     import threading
 
+    # Nothing runs when only collecting: start no generation or conversion (the README test of the fast-lane command
+    # collects the suite in a subprocess, and waiting for these at its end took 16 s of its 57 s).
+    if config.option.collectonly:
+        return
     if any("smollm2" in getattr(item, "fixturenames", ()) for item in items):
         _convert_smollm2_in_background()
     wanted = sorted({tuple(m.args) for item in items for m in item.iter_markers("textworld_games")})
