@@ -4,9 +4,9 @@
 took 6.1 s of the 7.9 s that importing r2v's server cost (``python -X importtime``, 2-core machine). r2v serves no
 web UI, and OpenEnv treats Gradio as optional (``except ModuleNotFoundError`` around that import), so the first
 import here runs with Gradio marked absent: importing the server and the client together took 10.4-11.3 s before
-and 3.9-4.0 s after, on every ``r2v serve`` start, every served env's worker and every client process. A process
-that imported Gradio before is left as it is (OpenEnv then loads its web interface as usual); Gradio stays
-importable afterwards.
+and 3.9-4.0 s after, on every ``r2v serve`` start and in every client process (the env workers behind a server do
+not import OpenEnv at all: :mod:`r2v_envs.serving.jsonvalues`). A process that imported Gradio before is left as
+it is (OpenEnv then loads its web interface as usual); Gradio stays importable afterwards.
 
 The serving modules import OpenEnv only through here, so the order of imports cannot undo it.
 """
