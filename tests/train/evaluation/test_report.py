@@ -2,9 +2,11 @@
 
 import pytest
 
+from r2v_agents.shards import load_rows
 from r2v_eval.results import main_table, sweeps
-from r2v_train.evaluation.methods import evaluate
-from r2v_train.evaluation.report import write_report
+from r2v_eval.robustness_report import cells_section
+from r2v_train.evaluation.methods import evaluate, matched_reliability
+from r2v_train.evaluation.report import parse_markdown_table, write_report
 from tests.support.eval_runs import assert_report_matches_shards, copy_trained_run, eval_config, make_agents
 
 
@@ -40,10 +42,6 @@ def test_report_without_results_is_a_clear_error(tmp_path):
 
 def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(reported):
     """Each swept threshold is its own runner directory; a lower threshold escalates more and (here) succeeds more."""
-    from r2v_agents.shards import load_rows
-    from r2v_train.evaluation.methods import matched_reliability
-    from r2v_train.evaluation.report import parse_markdown_table
-
     tmp, results, path = reported
     sweep = sweeps(results)["heuristic"]
     assert [c["threshold"] for c in sweep] == [0.05, 0.9]
@@ -62,9 +60,6 @@ def test_heuristic_sweep_rows_match_their_shards_and_trade_cost_for_success(repo
 
 
 def test_entropy_sweep_is_its_own_curve_and_matched_like_the_heuristic(reported):
-    from r2v_train.evaluation.methods import matched_reliability
-    from r2v_train.evaluation.report import parse_markdown_table
-
     tmp, results, path = reported
     sweep = sweeps(results)["entropy"]
     assert [(c["agent"], c["run_dir"].rsplit("/", 1)[-1]) for c in sweep] == [("entropy@0.2",) * 2, ("entropy@0.6",) * 2]
@@ -80,9 +75,6 @@ def test_entropy_sweep_is_its_own_curve_and_matched_like_the_heuristic(reported)
 def test_every_cell_is_rendered_as_r2v_eval_renders_cells(reported):
     """One cell table in both reports: the run report's "Every cell" rows are results.json's cells, one per
     (agent, perturbation), sweep points included, with SR and LLM% as the schema holds them."""
-    from r2v_eval.robustness_report import cells_section
-    from r2v_train.evaluation.report import parse_markdown_table
-
     tmp, results, path = reported
     text = path.read_text()
     rows = parse_markdown_table(text, "## Every cell")
